@@ -1,0 +1,763 @@
+#include "conn/connection.h"
+
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sched.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <new>
+#include <pthread.h>
+#include <utility>
+
+#include "shm/shm_transport.h"
+#include "sys/sys.h"
+#include "util/config.h"
+#include "util/iov.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/process.h"
+#include "util/signals.h"
+
+namespace rdmashim {
+namespace {
+
+constexpr int kMaxIov = 64;
+// How long a server whose application writes first waits for a Hello that
+// is on its way. A client under rdmashim sends it right after connect().
+constexpr uint64_t kHelloGraceNs = 1'000'000;
+
+ssize_t tcp_recv(int fd, const iovec* iov, int n, int flags) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(n);
+  ssize_t r = sys::real().recvmsg(fd, &m, flags);
+  return r < 0 ? -errno : r;
+}
+
+ssize_t tcp_send(int fd, const iovec* iov, int n, int flags) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(n);
+  ssize_t r = sys::real().sendmsg(fd, &m, flags);
+  return r < 0 ? -errno : r;
+}
+
+// Sends all of buf, waiting for room up to the setup timeout even on a
+// non-blocking socket: used only for rdmashim's own small messages.
+int send_all(int fd, const void* buf, size_t len) {
+  const auto* p = static_cast<const char*>(buf);
+  uint64_t give_up = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  while (len > 0) {
+    ssize_t n = sys::real().send(fd, p, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      p += n;
+      len -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n < 0 && errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR) return -errno;
+    uint64_t now = now_ns();
+    if (now >= give_up) return -ETIMEDOUT;
+    pollfd p1{fd, POLLOUT, 0};
+    sys::real().poll(&p1, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
+  }
+  return 0;
+}
+
+bool valid_ring_size(uint64_t size) {
+  return size >= 4096 && size <= (uint64_t{1} << 28) && (size & (size - 1)) == 0;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Creation
+
+Connection::Connection(int fd, Role role)
+    : fd_(fd),
+      role_(role),
+      rx_(role == Role::kClient ? Rx::kAwaitAck : Rx::kDetectHello),
+      tx_(role == Role::kClient ? Tx::kFramed : Tx::kUndecided),
+      created_ns_(now_ns()) {}
+
+Connection::~Connection() = default;
+
+Connection* Connection::make_client(int fd) {
+  if (!upgrades_allowed()) {
+    stats::count(stats::Outcome::kTcpPolicy);
+    return nullptr;
+  }
+  auto* c = new (std::nothrow) Connection(fd, Role::kClient);
+  if (!c) return nullptr;
+  c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
+  wire::Hello hello{};
+  if (!c->rendezvous_fd_ || !random_bytes(c->nonce_, sizeof c->nonce_)) {
+    stats::count(stats::Outcome::kTcpSetupFailed);
+    delete c;
+    return nullptr;
+  }
+  memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
+  hello.version = wire::kVersion;
+  hello.transports = wire::kTransportShm;
+  memcpy(hello.nonce, c->nonce_, sizeof hello.nonce);
+  memcpy(hello.rendezvous, c->rendezvous_, sizeof hello.rendezvous);
+  // A fresh connection's send buffer is empty: 64 bytes go out whole or not
+  // at all. Not at all means we stay plain having sent nothing.
+  ssize_t n = sys::real().send(fd, &hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0 && n < static_cast<ssize_t>(sizeof hello)) {
+    n = send_all(fd, reinterpret_cast<char*>(&hello) + n, sizeof hello - n) == 0 ? sizeof hello : -1;
+  }
+  if (n != static_cast<ssize_t>(sizeof hello)) {
+    stats::count(stats::Outcome::kTcpSetupFailed);
+    delete c;
+    return nullptr;
+  }
+  return c;
+}
+
+Connection* Connection::make_server(int fd) { return new (std::nothrow) Connection(fd, Role::kServer); }
+
+const char* Connection::transport_name() const { return stats::name(outcome_); }
+
+void Connection::settle(stats::Outcome o) {
+  if (settled_) return;
+  settled_ = true;
+  outcome_ = o;
+  stats::count(o);
+  log::info("fd %d (%s) -> %s", fd_, role_ == Role::kClient ? "client" : "server", stats::name(o));
+}
+
+// Both locks held.
+void Connection::update_passthrough() {
+  if (rx_ == Rx::kRaw && tx_ == Tx::kRaw) {
+    {
+      std::lock_guard<std::mutex> lock(wake_mu_);
+      wake_fd_ = -1;
+    }
+    ring_.reset();
+    transport_.reset();
+    rendezvous_fd_.reset();
+    passthrough_.store(true, std::memory_order_relaxed);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Handshake
+
+// Looks for a 64-byte rdmashim message (Hello or Ack) at the head of the
+// incoming stream without consuming anything.
+//   1: a whole message starting with `magic` is there, copied to out
+//   0: the stream starts with something else (application bytes, or EOF)
+//  <0: undecided yet (-EAGAIN, -EINTR, ... exactly what the app's read would see)
+int Connection::peek_message(const unsigned char (&magic)[8], void* out, int flags, bool may_wait) {
+  unsigned char buf[64];
+  uint64_t give_up = 0;
+  for (;;) {
+    // The first byte is waited for the way the application's read waits.
+    int peek_flags = MSG_PEEK | (may_wait ? (flags & MSG_DONTWAIT) : MSG_DONTWAIT);
+    ssize_t n = sys::real().recv(fd_, buf, sizeof buf, peek_flags);
+    if (n < 0) return -errno;
+    if (n == 0) return 0;
+    wire::Match m = wire::match_magic(magic, buf, static_cast<size_t>(n));
+    if (m == wire::Match::kNo) return 0;
+    if (m == wire::Match::kYes && n == static_cast<ssize_t>(sizeof buf)) {
+      memcpy(out, buf, sizeof buf);
+      return 1;
+    }
+    // A prefix of our message. From an rdmashim peer the rest is already on
+    // its way; a plain peer that happened to send these bytes is given the
+    // setup timeout, then its bytes are its own.
+    if (!may_wait || nonblocking(flags)) return -EAGAIN;
+    uint64_t now = now_ns();
+    if (!give_up) give_up = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
+    if (now >= give_up) return 0;
+    usleep(100);
+  }
+}
+
+int Connection::detect_hello(int flags, bool may_wait) {
+  wire::Hello hello;
+  int r = peek_message(wire::kHelloMagic, &hello, flags, may_wait);
+  if (r < 0) return r;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
+  if (!tx_held_) tx.lock();
+  in_setup_.store(false, std::memory_order_relaxed);
+  if (r == 0) {  // a plain client: everything stays as it is
+    rx_ = Rx::kRaw;
+    if (tx_ == Tx::kUndecided) tx_ = Tx::kRaw;
+    settle(stats::Outcome::kTcpPeerPlain);
+    update_passthrough();
+    return 0;
+  }
+  ssize_t n = sys::real().recv(fd_, &hello, sizeof hello, MSG_DONTWAIT);  // consume; it is all there
+  if (n != static_cast<ssize_t>(sizeof hello)) return n < 0 ? -errno : -EIO;
+  handle_hello(hello);
+  return 0;
+}
+
+// Both locks held. The client frames everything after its Hello.
+void Connection::handle_hello(const wire::Hello& hello) {
+  rx_ = Rx::kFramed;
+  if (tx_ != Tx::kUndecided) return;  // we spoke first: no Ack; the client will send Plain
+
+  wire::Ack ack{};
+  memcpy(ack.magic, wire::kAckMagic, sizeof ack.magic);
+  ack.version = wire::kVersion;
+  memcpy(ack.nonce, hello.nonce, sizeof ack.nonce);
+  stats::Outcome failure = stats::Outcome::kTcpPolicy;
+  const Config& cfg = config();
+  if (upgrades_allowed() && (hello.transports & wire::kTransportShm) &&
+      cfg.transport != TransportChoice::kVerbs && random_bytes(ack.token, sizeof ack.token)) {
+    int err = 0;
+    auto t = shm::ShmTransport::offer(cfg.ring_size, hello.rendezvous, ack.token, &err);
+    if (t) {
+      adopt(std::move(t));
+    } else {
+      failure = stats::Outcome::kTcpSetupFailed;
+      log::debug("fd %d: shared-memory setup failed: %s", fd_, strerror(-err));
+    }
+  }
+  if (transport_) {
+    ack.transport = wire::kTransportShm;
+    ack.ring_size = static_cast<uint32_t>(cfg.ring_size);
+  }
+  if (send_all(fd_, &ack, sizeof ack) != 0) {
+    // The client is gone or wedged; nothing more of ours goes out.
+    tx_ = Tx::kRaw;
+    update_passthrough();
+    settle(stats::Outcome::kTcpSetupFailed);
+    return;
+  }
+  if (transport_) {
+    tx_ = Tx::kFramed;  // until the client has attached; see advance_tx()
+    settle(stats::Outcome::kShm);
+  } else {
+    tx_ = Tx::kRaw;  // a negative Ack is followed by raw bytes
+    settle(failure);
+  }
+}
+
+int Connection::await_ack(int flags, bool may_wait) {
+  wire::Ack ack;
+  int r = peek_message(wire::kAckMagic, &ack, flags, may_wait);
+  if (r < 0) return r;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
+  if (!tx_held_) tx.lock();
+  in_setup_.store(false, std::memory_order_relaxed);
+  if (r == 1 && memcmp(ack.nonce, nonce_, sizeof nonce_) == 0) {
+    ssize_t n = sys::real().recv(fd_, &ack, sizeof ack, MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(sizeof ack)) return n < 0 ? -errno : -EIO;
+    handle_ack(ack);
+    return 0;
+  }
+  // The server's application spoke before our Hello reached it: its bytes
+  // are the application's, it will strip our Hello, we go plain.
+  rx_ = Rx::kRaw;
+  rendezvous_fd_.reset();
+  tx_go_plain();
+  settle(stats::Outcome::kTcpServerSpokeFirst);
+  update_passthrough();
+  return 0;
+}
+
+// Both locks held.
+void Connection::handle_ack(const wire::Ack& ack) {
+  rx_ = Rx::kFramed;
+  int err = -EPROTO;
+  if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
+    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
+    if (t) adopt(std::move(t));
+  }
+  rendezvous_fd_.reset();
+  if (!transport_) {
+    if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
+    if (ack.transport != 0) log::debug("fd %d: attaching the shared memory failed: %s", fd_, strerror(-err));
+    tx_go_plain();
+    settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
+    update_passthrough();
+    return;
+  }
+  transport_->mark_attached();
+  tx_go_ring();
+  settle(stats::Outcome::kShm);
+}
+
+// Both locks held.
+void Connection::adopt(std::unique_ptr<Transport> t) {
+  ring_.reset(new (std::nothrow) RingChannel(t->link()));
+  if (!ring_) return;
+  transport_ = std::move(t);
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_fd_ = transport_->link().wait_fd();
+}
+
+// Both locks held: the peer said Plain, so its direction is raw from now on
+// and ours follows as soon as we are at a frame boundary.
+void Connection::on_peer_plain() {
+  rx_ = Rx::kRaw;
+  if (tx_ == Tx::kFramed) tx_go_plain();
+  if (!settled_) settle(stats::Outcome::kTcpSetupFailed);
+  update_passthrough();
+}
+
+int Connection::finish_setup(int timeout_ms) {
+  uint64_t give_up = now_ns() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  std::lock_guard<std::mutex> rx(rx_mu_);
+  std::lock_guard<std::mutex> tx(tx_mu_);
+  tx_held_ = true;
+  int r = 0;
+  while (rx_ == Rx::kAwaitAck || rx_ == Rx::kDetectHello) {
+    r = rx_ == Rx::kAwaitAck ? await_ack(MSG_DONTWAIT, true) : detect_hello(MSG_DONTWAIT, true);
+    if (r == 0) continue;
+    uint64_t now = now_ns();
+    if (r != -EAGAIN && r != -EINTR) break;
+    if (now >= give_up) {
+      r = -ETIMEDOUT;
+      break;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    sys::real().poll(&p, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
+  }
+  // A server switches its own direction once the client has attached.
+  while (r == 0 && role_ == Role::kServer && tx_ == Tx::kFramed && transport_ && !transport_->peer_attached()) {
+    if (now_ns() >= give_up) {
+      r = -ETIMEDOUT;
+      break;
+    }
+    usleep(20);
+  }
+  if (r == 0) advance_tx();
+  tx_held_ = false;
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Receiving
+
+ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
+  std::lock_guard<std::mutex> lock(rx_mu_);
+  if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
+  if (flags & MSG_OOB) return -EINVAL;  // no urgent data on a framed or ring stream
+  size_t want = iov_total(iov, iovcnt);
+  if (want == 0) return 0;
+  if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)) return recv_some(iov, iovcnt, flags & ~MSG_WAITALL);
+  size_t got = 0;
+  while (got < want) {
+    iovec part[kMaxIov];
+    int n = iov_slice(iov, iovcnt, got, SIZE_MAX, part, kMaxIov);
+    ssize_t r = recv_some(part, n, flags & ~MSG_WAITALL);
+    if (r <= 0) {
+      if (got > 0) break;
+      return r;
+    }
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
+  for (;;) {
+    int r = 0;
+    switch (rx_) {
+      case Rx::kRaw:
+        return tcp_recv(fd_, iov, iovcnt, flags);
+      case Rx::kDetectHello:
+        r = detect_hello(flags, true);
+        break;
+      case Rx::kAwaitAck:
+        r = await_ack(flags, true);
+        break;
+      case Rx::kFramed:
+        if (rx_frame_left_ > 0) {
+          iovec part[kMaxIov];
+          int n = iov_slice(iov, iovcnt, 0, rx_frame_left_, part, kMaxIov);
+          ssize_t got = tcp_recv(fd_, part, n, flags);
+          if (got > 0 && !(flags & MSG_PEEK)) rx_frame_left_ -= static_cast<uint32_t>(got);
+          return got;
+        }
+        r = read_frame(flags);
+        if (r == 0) return 0;  // EOF at a frame boundary
+        if (r > 0) r = 0;
+        break;
+      case Rx::kRing:
+        return recv_ring(iov, iovcnt, flags);
+    }
+    if (r < 0) return r;
+  }
+}
+
+// Reads one frame header and its control payload, waiting as `flags` say.
+// 1: a frame is complete in rx_hdr_/rx_ctl_; 0: EOF; <0: -errno.
+int Connection::read_frame_bytes(int flags) {
+  while (rx_hdr_have_ < sizeof rx_hdr_) {
+    ssize_t n = sys::real().recv(fd_, reinterpret_cast<char*>(&rx_hdr_) + rx_hdr_have_,
+                                 sizeof rx_hdr_ - rx_hdr_have_, flags & MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n < 0) return -errno;
+    rx_hdr_have_ += static_cast<uint32_t>(n);
+  }
+  if (!wire::valid(rx_hdr_)) return -EPROTO;
+  bool is_data = rx_hdr_.type == static_cast<uint16_t>(wire::FrameType::kData);
+  while (!is_data && rx_ctl_have_ < rx_hdr_.length) {
+    ssize_t n = sys::real().recv(fd_, rx_ctl_ + rx_ctl_have_, rx_hdr_.length - rx_ctl_have_, flags & MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n < 0) return -errno;
+    rx_ctl_have_ += static_cast<uint32_t>(n);
+  }
+  return 1;
+}
+
+// Framed mode: one frame. Returns 1 after acting on it, 0 on EOF, <0 -errno.
+int Connection::read_frame(int flags) {
+  int r = read_frame_bytes(flags);
+  if (r == -EPROTO) return broken("malformed frame header");
+  if (r <= 0) return r;
+  wire::FrameHeader h = rx_hdr_;
+  rx_hdr_have_ = 0;
+  rx_ctl_have_ = 0;
+  switch (static_cast<wire::FrameType>(h.type)) {
+    case wire::FrameType::kData:
+      rx_frame_left_ = h.length;
+      return 1;
+    case wire::FrameType::kSwitch:
+      if (!ring_) return broken("switch without a transport");
+      rx_ = Rx::kRing;
+      return 1;
+    case wire::FrameType::kPlain: {
+      std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
+      if (!tx_held_) tx.lock();
+      on_peer_plain();
+      return 1;
+    }
+    case wire::FrameType::kClose:  // only meaningful on a ring; before it, FIN says it all
+    case wire::FrameType::kPing:
+      return 1;
+  }
+  return broken("unknown frame");
+}
+
+// Ring mode: drains control frames that arrived on the TCP side, without
+// waiting. Returns true if anything changed (a frame, EOF, a reset).
+bool Connection::poll_control() {
+  bool changed = false;
+  for (;;) {
+    int r = read_frame_bytes(MSG_DONTWAIT);
+    if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR) return changed;
+    if (r == 0) {
+      tcp_eof_ = true;
+      tcp_done_.store(true, std::memory_order_relaxed);
+      // FIN after a Close frame is a half-close; FIN alone means the peer's
+      // socket is gone and will never read again.
+      if (!peer_closed_) peer_gone_.store(true, std::memory_order_relaxed);
+      return true;
+    }
+    if (r < 0) {
+      if (r == -EPROTO) {
+        broken("malformed control frame");
+      } else {
+        tcp_error_ = -r;
+        tcp_done_.store(true, std::memory_order_relaxed);
+        peer_gone_.store(true, std::memory_order_relaxed);
+      }
+      return true;
+    }
+    wire::FrameHeader h = rx_hdr_;
+    rx_hdr_have_ = 0;
+    rx_ctl_have_ = 0;
+    if (h.type == static_cast<uint16_t>(wire::FrameType::kClose)) {
+      memcpy(&peer_final_, rx_ctl_, sizeof peer_final_);
+      peer_closed_ = true;
+    } else if (h.type != static_cast<uint16_t>(wire::FrameType::kPing)) {
+      broken("data frame after switch");
+      return true;
+    }
+    changed = true;
+  }
+}
+
+ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
+  int64_t dl = kDeadlineUnknown;
+  for (;;) {
+    ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
+                                    : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
+    if (r > 0) return r;
+    if (r < 0) return broken("ring cursor out of bounds");
+    if (rx_shut_.load(std::memory_order_relaxed)) return 0;
+    if (peer_closed_ && ring_->rx_position() >= peer_final_) return 0;
+    if (tcp_error_ != 0) {
+      // Like the kernel: the error once, then end of stream.
+      int e = std::exchange(tcp_error_, 0);
+      tcp_eof_ = true;
+      return -e;
+    }
+    if (tcp_eof_) return 0;
+    if (nonblocking(flags)) {
+      if (poll_control()) continue;
+      return -EAGAIN;
+    }
+    if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
+    int w = wait_ring(false, dl);
+    if (w < 0) return w;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
+  // During the handshake a send may settle what the receive side is waiting
+  // for (a Hello or an Ack already queued); it takes the receive lock only if
+  // free, since a reader that holds it settles the same thing itself.
+  std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
+  if (in_setup_.load(std::memory_order_relaxed)) (void)rx.try_lock();
+  std::lock_guard<std::mutex> tx(tx_mu_);
+  if (rx.owns_lock()) {
+    tx_held_ = true;
+    if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
+      // Give a Hello that is on its way a moment to land before we speak.
+      uint64_t now = now_ns();
+      if (now < created_ns_ + kHelloGraceNs) {
+        pollfd p{fd_, POLLIN, 0};
+        sys::real().poll(&p, 1, static_cast<int>((created_ns_ + kHelloGraceNs - now) / 1'000'000) + 1);
+      }
+      (void)detect_hello(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kAwaitAck) {
+      (void)await_ack(MSG_DONTWAIT, false);
+    }
+    tx_held_ = false;
+    rx.unlock();
+  }
+  if (tx_ == Tx::kUndecided) {
+    // Our application speaks first and no Hello is here: its bytes go out as
+    // they are. A Hello arriving later is stripped; the client goes plain.
+    tx_ = Tx::kRaw;
+    settle(stats::Outcome::kTcpServerSpokeFirst);
+  }
+  if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
+  if (tx_ == Tx::kFramed) advance_tx();
+  switch (tx_) {
+    case Tx::kRing:
+      return send_ring(iov, iovcnt, flags);
+    case Tx::kFramed:
+      return send_framed(iov, iovcnt, flags);
+    default:
+      return tcp_send(fd_, iov, iovcnt, flags);
+  }
+}
+
+// Applies a pending switch (to the ring or to plain) at a frame boundary.
+void Connection::advance_tx() {
+  if (tx_ != Tx::kFramed || tx_hdr_left_ != 0 || tx_frame_left_ != 0) return;
+  if (tx_want_ == TxWant::kNone && role_ == Role::kServer && transport_ && transport_->peer_attached()) {
+    tx_want_ = TxWant::kRing;
+  }
+  if (tx_want_ == TxWant::kNone) return;
+  wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
+  if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
+  tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
+  tx_want_ = TxWant::kNone;
+}
+
+void Connection::tx_go_plain() {
+  if (tx_ != Tx::kFramed) return;
+  tx_want_ = TxWant::kPlain;
+  advance_tx();
+}
+
+void Connection::tx_go_ring() {
+  if (tx_ != Tx::kFramed) return;
+  tx_want_ = TxWant::kRing;
+  advance_tx();
+}
+
+int Connection::send_control(wire::FrameType type, const void* payload, uint32_t len) {
+  unsigned char buf[sizeof(wire::FrameHeader) + wire::kMaxControlPayload];
+  wire::FrameHeader h{len, static_cast<uint16_t>(type), 0};
+  memcpy(buf, &h, sizeof h);
+  if (len) memcpy(buf + sizeof h, payload, len);
+  // Not a single byte yet: the caller may retry later. Once the first byte
+  // left, the frame must be completed.
+  ssize_t n = sys::real().send(fd_, buf, sizeof h + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) return -errno;
+  if (static_cast<size_t>(n) == sizeof h + len) return 0;
+  return send_all(fd_, buf + n, sizeof h + len - static_cast<size_t>(n));
+}
+
+ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  if (total == 0) return tcp_send(fd_, iov, iovcnt, flags);
+  int sflags = flags & (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+  size_t done = 0;
+  while (done < total) {
+    if (tx_hdr_left_ == 0 && tx_frame_left_ == 0) {
+      advance_tx();
+      if (tx_ != Tx::kFramed) {
+        if (done > 0) return static_cast<ssize_t>(done);
+        return tx_ == Tx::kRing ? send_ring(iov, iovcnt, flags) : tcp_send(fd_, iov, iovcnt, flags);
+      }
+      size_t len = total - done < wire::kMaxDataFrame ? total - done : wire::kMaxDataFrame;
+      wire::FrameHeader h{static_cast<uint32_t>(len), static_cast<uint16_t>(wire::FrameType::kData), 0};
+      memcpy(tx_hdr_, &h, sizeof h);
+      tx_hdr_left_ = sizeof h;
+      tx_frame_left_ = static_cast<uint32_t>(len);
+    }
+    iovec parts[kMaxIov + 1];
+    int n = 0;
+    if (tx_hdr_left_) parts[n++] = {tx_hdr_ + sizeof tx_hdr_ - tx_hdr_left_, tx_hdr_left_};
+    n += iov_slice(iov, iovcnt, done, tx_frame_left_, parts + n, kMaxIov);
+    size_t asked = iov_total(parts, n);
+    ssize_t r = tcp_send(fd_, parts, n, sflags);
+    if (r < 0) return done > 0 ? static_cast<ssize_t>(done) : r;
+    size_t sent = static_cast<size_t>(r);
+    size_t hdr = sent < tx_hdr_left_ ? sent : tx_hdr_left_;
+    tx_hdr_left_ -= static_cast<uint32_t>(hdr);
+    tx_frame_left_ -= static_cast<uint32_t>(sent - hdr);
+    done += sent - hdr;
+    // A short send (timeout, signal, non-blocking) ends the call like TCP's
+    // would, unless only our header made progress.
+    if (sent < asked && done > 0) break;
+  }
+  if (tx_hdr_left_ == 0 && tx_frame_left_ == 0) advance_tx();
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  size_t done = 0;
+  int64_t dl = kDeadlineUnknown;
+  for (;;) {
+    if (tx_shut_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    ssize_t r = ring_->write(iov, iovcnt, done);
+    if (r < 0) return broken("ring cursor out of bounds");
+    done += static_cast<size_t>(r);
+    if (done == total) return static_cast<ssize_t>(done);
+    // The ring is full. If the peer's socket is gone it will never drain.
+    if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+    if (dl == kDeadlineUnknown) dl = deadline(SO_SNDTIMEO);
+    int w = wait_ring(true, dl);
+    if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : w;
+  }
+}
+
+int Connection::shutdown(int how) {
+  if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return -EINVAL;
+  if (how != SHUT_RD) {
+    // Wake a writer of ours blocked on a full ring, then tell the peer where
+    // our stream ends before the FIN.
+    tx_shut_.store(true, std::memory_order_relaxed);
+    wake_self();
+    std::lock_guard<std::mutex> tx(tx_mu_);
+    if (tx_ == Tx::kRing) {
+      uint64_t pos = ring_->tx_position();
+      if (!close_sent_) close_sent_ = send_control(wire::FrameType::kClose, &pos, sizeof pos) == 0;
+    } else if (tx_ == Tx::kUndecided) {
+      tx_ = Tx::kRaw;
+    }
+  }
+  if (how != SHUT_WR) {
+    rx_shut_.store(true, std::memory_order_relaxed);
+    wake_self();
+  }
+  int r = sys::real().shutdown(fd_, how);
+  return r == 0 ? 0 : -errno;
+}
+
+// ---------------------------------------------------------------------------
+// Waiting and errors
+
+void Connection::wake_self() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = sys::real().write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
+}
+
+bool Connection::nonblocking(int flags) const {
+  if (flags & MSG_DONTWAIT) return true;
+  int fl = sys::real().fcntl(fd_, F_GETFL);
+  return fl >= 0 && (fl & O_NONBLOCK);
+}
+
+int64_t Connection::deadline(int optname) const {
+  timeval tv{};
+  socklen_t len = sizeof tv;
+  if (sys::real().getsockopt(fd_, SOL_SOCKET, optname, &tv, &len) != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0)) {
+    return kNoDeadline;
+  }
+  return static_cast<int64_t>(now_ns()) + tv.tv_sec * 1'000'000'000LL + tv.tv_usec * 1000LL;
+}
+
+// Spins for RDMASHIM_SPIN_US, then sleeps on the doorbell and the TCP socket
+// (which reports the peer's control frames, FIN and RST). Returns 0 when
+// something may have changed, -EAGAIN at the deadline, -EINTR on a signal
+// the kernel would not have restarted.
+int Connection::wait_ring(bool for_write, int64_t dl) {
+  auto ready = [&] { return for_write ? ring_->writable() != 0 : ring_->readable() != 0; };
+  uint64_t spin_end = now_ns() + uint64_t{config().spin_us} * 1000;
+  for (uint32_t i = 1;; ++i) {
+    if (ready()) return 0;
+    if ((i & 63) == 0) {
+      if (now_ns() >= spin_end) break;
+      if ((i & 1023) == 0) sched_yield();  // let a runnable peer on our core go first
+    }
+    cpu_relax();
+  }
+  Link& link = transport_->link();
+  link.prepare_sleep();
+  if (ready() || tx_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed)) {
+    link.finish_sleep();
+    return 0;
+  }
+  pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd_, POLLIN, 0}};
+  nfds_t n = tcp_done_.load(std::memory_order_relaxed) ? 1 : 2;
+  int timeout = -1;
+  if (dl != kNoDeadline) {
+    int64_t left = dl - static_cast<int64_t>(now_ns());
+    timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
+  }
+  int r = sys::real().poll(p, n, timeout);
+  int e = errno;
+  link.finish_sleep();
+  if (r < 0) {
+    if (e != EINTR) return -e;
+    return dl == kNoDeadline && signals_restart() ? 0 : -EINTR;
+  }
+  if (r == 0 && dl != kNoDeadline && static_cast<int64_t>(now_ns()) >= dl) return -EAGAIN;
+  if (n == 2 && p[1].revents) {
+    // The peer's socket spoke: a control frame, FIN or RST. The receive side
+    // owns that parsing; a writer takes it over only if nobody is reading.
+    std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
+    if (!for_write || rx.try_lock()) poll_control();
+  }
+  return 0;
+}
+
+int Connection::epipe(int flags) {
+  if (!(flags & MSG_NOSIGNAL)) {
+    // What the kernel does on a write to a closed stream.
+    pthread_kill(pthread_self(), SIGPIPE);
+  }
+  return -EPIPE;
+}
+
+// The peer broke the protocol (or its memory): the stream cannot be trusted
+// any more. Both directions end as with a reset.
+int Connection::broken(const char* what) {
+  log::warn("fd %d: peer protocol error (%s); resetting the connection", fd_, what);
+  linger lg{1, 0};
+  sys::real().setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+  sys::real().shutdown(fd_, SHUT_RDWR);
+  tcp_eof_ = true;
+  tcp_done_.store(true, std::memory_order_relaxed);
+  peer_gone_.store(true, std::memory_order_relaxed);
+  return -ECONNRESET;
+}
+
+}  // namespace rdmashim

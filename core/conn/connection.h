@@ -1,0 +1,153 @@
+// One TCP connection that rdmashim may move onto a ring: the upgrade state
+// machine and the data path, shared by the preload and the tools.
+//
+// The application's descriptor stays a real kernel TCP socket. Before the
+// switch it carries rdmashim's handshake and framed data; after it, only
+// control frames and the final FIN. Each direction switches on its own:
+//
+//  client                                    server
+//  connect ─ Hello ───────────────────────▶  first I/O sees Hello:
+//    tx: Framed (DATA frames)                  creates the segment, sends fds
+//  ◀──────────────────────────────────────── Ack            tx: Framed
+//  reads Ack: maps the segment, marks it    ◀ rx: DATA.. then Switch ─ rx: Ring
+//    attached; sends Switch; tx: Ring         sees client attached: sends
+//  rx: DATA.. then Switch ─▶ rx: Ring          Switch; tx: Ring
+//
+// Any failure before a direction switched sends Plain instead, and that
+// direction continues as raw TCP: nothing is lost, nothing is duplicated.
+// All methods return a count or a negative errno; none throws.
+#pragma once
+
+#include <sys/uio.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "conn/transport.h"
+#include "ring/ring_channel.h"
+#include "shm/rendezvous.h"
+#include "util/stats.h"
+#include "util/unique_fd.h"
+#include "wire/wire.h"
+
+namespace rdmashim {
+
+class Connection {
+ public:
+  enum class Role : uint8_t { kClient, kServer };
+
+  // A connected client socket whose peer advertised rdmashim on this host:
+  // sends the Hello. nullptr if nothing was sent (stay plain).
+  static Connection* make_client(int fd);
+  // A freshly accepted socket of a listener under rdmashim.
+  static Connection* make_server(int fd);
+  ~Connection();
+
+  Connection(const Connection&) = delete;
+  Connection& operator=(const Connection&) = delete;
+
+  ssize_t recv(const iovec* iov, int iovcnt, int flags);
+  ssize_t send(const iovec* iov, int iovcnt, int flags);
+  int shutdown(int how);
+
+  // Drives the handshake to its end (either way) within timeout_ms; for the
+  // tools, which want the first message already on the ring.
+  int finish_setup(int timeout_ms);
+
+  // Both directions are raw TCP and will stay so: hooks may skip us.
+  bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
+  int fd() const { return fd_; }
+  Role role() const { return role_; }
+  stats::Outcome outcome() const { return outcome_; }
+  const char* transport_name() const;
+
+ private:
+  enum class Rx : uint8_t { kRaw, kDetectHello, kAwaitAck, kFramed, kRing };
+  enum class Tx : uint8_t { kUndecided, kRaw, kFramed, kRing };
+  enum class TxWant : uint8_t { kNone, kRing, kPlain };  // switch at the next frame boundary
+  static constexpr int64_t kNoDeadline = -1;
+  static constexpr int64_t kDeadlineUnknown = -2;
+
+  Connection(int fd, Role role);
+
+  // Receive side; rx_mu_ held. Handlers that also change the send side take
+  // tx_mu_ themselves unless tx_held_ says this thread holds it already.
+  ssize_t recv_some(const iovec* iov, int iovcnt, int flags);
+  ssize_t recv_ring(const iovec* iov, int iovcnt, int flags);
+  int peek_message(const unsigned char (&magic)[8], void* out, int flags, bool may_wait);
+  int detect_hello(int flags, bool may_wait);
+  int await_ack(int flags, bool may_wait);
+  int read_frame_bytes(int flags);
+  int read_frame(int flags);
+  bool poll_control();
+  void handle_hello(const wire::Hello& hello);  // both locks held
+  void handle_ack(const wire::Ack& ack);        // both locks held
+  void on_peer_plain();                          // both locks held
+  void adopt(std::unique_ptr<Transport> t);      // both locks held
+
+  // Send side; tx_mu_ held.
+  ssize_t send_framed(const iovec* iov, int iovcnt, int flags);
+  ssize_t send_ring(const iovec* iov, int iovcnt, int flags);
+  void advance_tx();
+  void tx_go_plain();
+  void tx_go_ring();
+  int send_control(wire::FrameType type, const void* payload, uint32_t len);
+
+  // Shared.
+  int wait_ring(bool for_write, int64_t deadline_ns);
+  void wake_self();
+  bool nonblocking(int flags) const;
+  int64_t deadline(int optname) const;
+  void settle(stats::Outcome o);
+  void update_passthrough();  // both locks held
+  int epipe(int flags);
+  int broken(const char* what);
+
+  const int fd_;
+  const Role role_;
+  std::mutex rx_mu_;  // order: rx_mu_ before tx_mu_
+  std::mutex tx_mu_;
+  Rx rx_;
+  Tx tx_;
+  TxWant tx_want_ = TxWant::kNone;
+  bool tx_held_ = false;  // the thread holding rx_mu_ holds tx_mu_ as well
+  std::atomic<bool> in_setup_{true};
+  std::atomic<bool> passthrough_{false};
+  stats::Outcome outcome_ = stats::Outcome::kTcpNotAdvertised;
+  bool settled_ = false;
+  const uint64_t created_ns_;
+
+  // Handshake material.
+  unsigned char nonce_[16] = {};
+  unsigned char rendezvous_[shm::kNameBytes] = {};
+  UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+
+  // Framing. A header can arrive, or leave, in pieces.
+  wire::FrameHeader rx_hdr_{};
+  uint32_t rx_hdr_have_ = 0;
+  unsigned char rx_ctl_[wire::kMaxControlPayload] = {};
+  uint32_t rx_ctl_have_ = 0;
+  uint32_t rx_frame_left_ = 0;  // DATA payload bytes still to deliver
+  unsigned char tx_hdr_[sizeof(wire::FrameHeader)] = {};
+  uint32_t tx_hdr_left_ = 0;    // header bytes not yet sent
+  uint32_t tx_frame_left_ = 0;  // DATA payload bytes owed to the open frame
+
+  // The fast path, and what the TCP side said about the peer.
+  std::unique_ptr<Transport> transport_;
+  std::unique_ptr<RingChannel> ring_;
+  std::mutex wake_mu_;
+  int wake_fd_ = -1;             // our own doorbell, to wake our own sleepers
+  bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
+  uint64_t peer_final_ = 0;      // ... after this many bytes
+  bool tcp_eof_ = false;         // FIN seen on the TCP side
+  int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
+  bool close_sent_ = false;
+  std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket
+  std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail
+  std::atomic<bool> rx_shut_{false};
+  std::atomic<bool> tx_shut_{false};
+};
+
+}  // namespace rdmashim

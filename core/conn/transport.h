@@ -1,0 +1,21 @@
+// An established fast path for one connection: the link its ring runs over
+// and what is needed to hand it over. Created by the server side when it
+// answers a Hello, attached to by the client when it reads the Ack.
+#pragma once
+
+#include "link/link.h"
+
+namespace rdmashim {
+
+class Transport {
+ public:
+  virtual ~Transport() = default;
+  virtual const char* name() const = 0;
+  virtual Link& link() = 0;
+  // The local side is ready to read its rx ring; the peer may switch.
+  virtual void mark_attached() = 0;
+  // The peer is ready to read the ring we write; we may switch.
+  virtual bool peer_attached() const = 0;
+};
+
+}  // namespace rdmashim

@@ -1,0 +1,117 @@
+#include "discovery/registry.h"
+
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+#include <sys/un.h>
+
+#include <cerrno>
+#include <cstddef>
+#include <cstdio>
+#include <cstring>
+
+#include "sys/sys.h"
+
+namespace rdmashim::discovery {
+namespace {
+
+// Normalized view of an AF_INET/AF_INET6 endpoint; IPv4-mapped IPv6 is IPv4.
+struct Endpoint {
+  int family = 0;  // AF_INET or AF_INET6, 0 if not TCP-capable
+  unsigned char addr[16] = {};
+  uint16_t port = 0;
+};
+
+Endpoint normalize(const sockaddr* sa, socklen_t len) {
+  Endpoint e;
+  if (sa->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
+    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
+    e.family = AF_INET;
+    memcpy(e.addr, &in->sin_addr, 4);
+    e.port = ntohs(in->sin_port);
+  } else if (sa->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
+    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
+    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
+      e.family = AF_INET;
+      memcpy(e.addr, in6->sin6_addr.s6_addr + 12, 4);
+    } else {
+      e.family = AF_INET6;
+      memcpy(e.addr, &in6->sin6_addr, 16);
+    }
+    e.port = ntohs(in6->sin6_port);
+  }
+  return e;
+}
+
+socklen_t entry_name(int family, const unsigned char* addr, uint16_t port, sockaddr_un* out) {
+  char text[INET6_ADDRSTRLEN] = {};
+  inet_ntop(family, addr, text, sizeof text);
+  memset(out, 0, sizeof *out);
+  out->sun_family = AF_UNIX;
+  int n = snprintf(out->sun_path + 1, sizeof out->sun_path - 1, "rdmashim/v1/tcp/%s/%u", text, port);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
+bool entry_exists(int probe, int family, const unsigned char* addr, uint16_t port) {
+  sockaddr_un name;
+  socklen_t len = entry_name(family, addr, port, &name);
+  return sys::real().connect(probe, reinterpret_cast<sockaddr*>(&name), len) == 0;
+}
+
+bool is_loopback(const Endpoint& e) {
+  if (e.family == AF_INET) return e.addr[0] == 127;
+  static const unsigned char kLoop6[16] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1};
+  return memcmp(e.addr, kLoop6, 16) == 0;
+}
+
+}  // namespace
+
+UniqueFd advertise(const sockaddr* local, socklen_t len) {
+  Endpoint e = normalize(local, len);
+  if (e.family == 0) return UniqueFd();
+  int saved = errno;
+  UniqueFd fd(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un name;
+  socklen_t n = entry_name(e.family, e.addr, e.port, &name);
+  if (fd && sys::real().bind(fd.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) fd.reset();
+  errno = saved;
+  return fd;
+}
+
+bool is_local_address(const sockaddr* sa, socklen_t len) {
+  Endpoint e = normalize(sa, len);
+  if (e.family == 0) return false;
+  if (is_loopback(e)) return true;
+  ifaddrs* list = nullptr;
+  if (getifaddrs(&list) != 0) return false;
+  bool found = false;
+  for (ifaddrs* i = list; i && !found; i = i->ifa_next) {
+    if (!i->ifa_addr) continue;
+    Endpoint a = normalize(i->ifa_addr, i->ifa_addr->sa_family == AF_INET6 ? sizeof(sockaddr_in6)
+                                                                             : sizeof(sockaddr_in));
+    found = a.family == e.family && memcmp(a.addr, e.addr, e.family == AF_INET ? 4 : 16) == 0;
+  }
+  freeifaddrs(list);
+  return found;
+}
+
+bool peer_advertised(const sockaddr* peer, socklen_t len) {
+  Endpoint e = normalize(peer, len);
+  if (e.family == 0) return false;
+  int saved = errno;
+  UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  bool found = false;
+  if (probe) {
+    static const unsigned char kAny[16] = {};
+    found = entry_exists(probe.get(), e.family, e.addr, e.port) ||
+            entry_exists(probe.get(), e.family, kAny, e.port) ||
+            // A dual-stack IPv6 wildcard listener also takes IPv4 clients.
+            (e.family == AF_INET && entry_exists(probe.get(), AF_INET6, kAny, e.port));
+  }
+  // Last: only a destination in this namespace can be the advertised listener.
+  found = found && is_local_address(peer, len);
+  errno = saved;
+  return found;
+}
+
+}  // namespace rdmashim::discovery

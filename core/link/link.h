@@ -1,0 +1,49 @@
+// A link is what one ring connection needs from a transport: one-sided writes
+// into the peer's receive ring, two published cursors, and a doorbell.
+//
+//   producer: put(offset, bytes)* then publish_tail(tail)   -> peer sees data
+//   consumer: reads its own rx memory, then publish_head(h)  -> peer sees credit
+//
+// Three links implement it: shared memory (ShmLink), RDMA verbs (next), and an
+// in-process fake with fault injection for the unit tests (FakeLink). The ring
+// protocol above it (RingChannel) is the same for all of them.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rdmashim {
+
+class Link {
+ public:
+  virtual ~Link() = default;
+
+  // Bytes in each direction's ring (a power of two, equal both ways).
+  virtual size_t ring_size() const = 0;
+
+  // Producer side. put() copies into the peer's rx ring at `offset`
+  // (offset + len <= ring_size); nothing is promised visible before
+  // publish_tail(), which also wakes the peer if it sleeps.
+  virtual void put(uint64_t offset, const void* src, size_t len) = 0;
+  virtual void publish_tail(uint64_t tail) = 0;
+  // The peer's consumer position (credits). Untrusted: RingChannel checks it.
+  virtual uint64_t peer_head() = 0;
+
+  // Consumer side. Our rx ring is always local memory.
+  virtual const unsigned char* rx_data() const = 0;
+  // The peer's producer position. Untrusted: RingChannel checks it.
+  virtual uint64_t peer_tail() = 0;
+  virtual void publish_head(uint64_t head) = 0;
+
+  // Sleeping. wait_fd() becomes readable when the peer published anything
+  // after prepare_sleep(). The caller re-checks its condition between
+  // prepare_sleep() and sleeping, so no wakeup is lost.
+  virtual int wait_fd() const = 0;
+  virtual void prepare_sleep() = 0;
+  virtual void finish_sleep() = 0;
+
+  // A transport failure the link saw (a negative errno), sticky; 0 if none.
+  virtual int error() const { return 0; }
+};
+
+}  // namespace rdmashim

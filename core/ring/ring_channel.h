@@ -1,0 +1,53 @@
+// The byte-stream ring protocol, one instance per upgraded connection, both
+// directions. Single producer and single consumer per direction; callers
+// serialize concurrent senders (and receivers) themselves.
+//
+// Positions are 64-bit byte counts that never wrap; the ring offset is
+// position & (size - 1). The producer may write while tail - head < size.
+// Everything the peer publishes is validated before use, so a broken or
+// hostile peer yields an error, never an out-of-bounds access.
+#pragma once
+
+#include <sys/types.h>
+#include <sys/uio.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "link/link.h"
+
+namespace rdmashim {
+
+class RingChannel {
+ public:
+  explicit RingChannel(Link& link);
+
+  // Copies as much of iov as fits (skipping the first `skip` bytes of it);
+  // returns the count (0: ring full) or -EPROTO if the peer's cursor is bad.
+  ssize_t write(const iovec* iov, int iovcnt, size_t skip = 0);
+  // Copies out up to the iov's capacity; returns the count (0: ring empty) or
+  // -EPROTO. With peek the bytes stay in the ring.
+  ssize_t read(const iovec* iov, int iovcnt, bool peek = false);
+  // Discards up to n readable bytes (MSG_TRUNC-style reads); returns the count.
+  ssize_t discard(size_t n);
+
+  // Bytes ready to read / space free to write, refreshed from the link.
+  // Negative -EPROTO if the peer's cursor is bad.
+  ssize_t readable();
+  ssize_t writable();
+
+  uint64_t tx_position() const { return tx_tail_; }
+  uint64_t rx_position() const { return rx_head_; }
+  Link& link() { return link_; }
+
+ private:
+  Link& link_;
+  const uint64_t size_;
+  const uint64_t mask_;
+  uint64_t tx_tail_ = 0;     // bytes we produced
+  uint64_t tx_head_ = 0;     // latest credit seen from the peer
+  uint64_t rx_head_ = 0;     // bytes we consumed
+  uint64_t rx_tail_ = 0;     // latest production seen from the peer
+};
+
+}  // namespace rdmashim

@@ -1,0 +1,86 @@
+// The shared-memory segment behind one upgraded same-host connection: a
+// sealed memfd holding a control page and two rings, plus one eventfd
+// doorbell per side. The server creates it; the client attaches to it after
+// receiving the descriptors over the rendezvous socket.
+//
+// Layout (offsets in bytes, R = ring size):
+//      0  SegmentHeader (one 4 KiB page)
+//   4096  client's rx ring  (server -> client bytes), R bytes
+// 4096+R  server's rx ring  (client -> server bytes), R bytes
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "util/unique_fd.h"
+
+namespace rdmashim::shm {
+
+enum Side : int { kClient = 0, kServer = 1 };
+
+// A cursor alone on its cache line, so producer and consumer never share one.
+struct alignas(64) Cursor {
+  std::atomic<uint64_t> value{0};
+};
+
+// What one side publishes. Written only by that side (except `sleepers`,
+// which only that side changes too); read by both.
+struct alignas(64) SideState {
+  Cursor produced;                    // bytes written into the other side's rx ring
+  Cursor consumed;                    // bytes consumed from this side's rx ring
+  alignas(64) std::atomic<uint32_t> sleepers{0};  // threads of this side about to sleep on its doorbell
+  std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
+};
+
+struct SegmentHeader {
+  uint64_t magic;      // kSegmentMagic
+  uint32_t version;    // kSegmentVersion
+  uint32_t ring_size;  // bytes per ring
+  alignas(64) SideState side[2];
+};
+
+constexpr uint64_t kSegmentMagic = 0x676573'6873616d'64ull;  // "dmashseg", loosely
+constexpr uint32_t kSegmentVersion = 1;
+constexpr size_t kHeaderBytes = 4096;
+
+static_assert(sizeof(SideState) == 192);
+static_assert(offsetof(SegmentHeader, side) == 64);
+static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
+static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");
+
+constexpr size_t segment_bytes(size_t ring_size) { return kHeaderBytes + 2 * ring_size; }
+
+class Segment {
+ public:
+  // Creates, seals and maps a fresh segment and both doorbells.
+  // Returns nullptr with *err set (a negative errno) on failure.
+  static Segment* create(size_t ring_size, int* err);
+  // Maps a segment received from the peer after checking everything about it:
+  // the memfd's seals and size, the header, and that the doorbells are eventfds.
+  // Takes ownership of the descriptors in every case.
+  static Segment* attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
+                         size_t ring_size, int* err);
+  ~Segment();
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+  SegmentHeader* header() const { return header_; }
+  unsigned char* rx_ring(Side s) const {
+    return reinterpret_cast<unsigned char*>(header_) + kHeaderBytes + static_cast<size_t>(s) * ring_size_;
+  }
+  size_t ring_size() const { return ring_size_; }
+  int memfd() const { return memfd_.get(); }
+  int doorbell(Side s) const { return doorbell_[s].get(); }
+  // Drops the memfd once it was handed over; the mapping stays.
+  void close_memfd() { memfd_.reset(); }
+
+ private:
+  Segment() = default;
+  SegmentHeader* header_ = nullptr;
+  size_t ring_size_ = 0;
+  UniqueFd memfd_;
+  UniqueFd doorbell_[2];
+};
+
+}  // namespace rdmashim::shm

@@ -1,0 +1,63 @@
+#include "shm/shm_link.h"
+
+#include <cstring>
+
+#include "sys/sys.h"
+
+namespace rdmashim::shm {
+
+ShmLink::ShmLink(std::unique_ptr<Segment> segment, Side self)
+    : segment_(std::move(segment)),
+      self_(self),
+      peer_(self == kClient ? kServer : kClient),
+      mine_(segment_->header()->side[self_]),
+      theirs_(segment_->header()->side[peer_]),
+      tx_(segment_->rx_ring(peer_)),
+      rx_(segment_->rx_ring(self_)) {}
+
+void ShmLink::put(uint64_t offset, const void* src, size_t len) { memcpy(tx_ + offset, src, len); }
+
+// Publishing and sleeping form a Dekker pair: each side stores, fences, then
+// loads the other's word, so either the publisher sees the sleeper or the
+// sleeper's re-check sees the data. Never both missed.
+void ShmLink::publish_tail(uint64_t tail) {
+  mine_.produced.value.store(tail, std::memory_order_release);
+  wake_peer();
+}
+
+void ShmLink::publish_head(uint64_t head) {
+  mine_.consumed.value.store(head, std::memory_order_release);
+  wake_peer();
+}
+
+void ShmLink::wake_peer() {
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (theirs_.sleepers.load(std::memory_order_relaxed) != 0) {
+    uint64_t one = 1;
+    ssize_t ignored = sys::real().write(segment_->doorbell(peer_), &one, sizeof one);
+    (void)ignored;  // EAGAIN means the counter is already non-zero: the peer wakes anyway
+  }
+}
+
+uint64_t ShmLink::peer_head() { return theirs_.consumed.value.load(std::memory_order_acquire); }
+uint64_t ShmLink::peer_tail() { return theirs_.produced.value.load(std::memory_order_acquire); }
+
+void ShmLink::prepare_sleep() {
+  mine_.sleepers.fetch_add(1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+}
+
+void ShmLink::finish_sleep() {
+  // The last sleeper out drains the doorbell; earlier ones leave it readable
+  // so a thread still about to sleep cannot miss the wakeup it is owed.
+  if (mine_.sleepers.fetch_sub(1, std::memory_order_relaxed) == 1) {
+    uint64_t count;
+    ssize_t ignored = sys::real().read(segment_->doorbell(self_), &count, sizeof count);
+    (void)ignored;
+  }
+}
+
+void ShmLink::mark_attached() { mine_.attached.store(1, std::memory_order_release); }
+bool ShmLink::peer_attached() const { return theirs_.attached.load(std::memory_order_acquire) != 0; }
+
+}  // namespace rdmashim::shm

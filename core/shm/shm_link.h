@@ -1,0 +1,44 @@
+// Link over a shared-memory Segment: put() is a memcpy into the peer's rx
+// ring, cursors are atomics in the control page, and the doorbell is the
+// waiting side's eventfd, rung only when that side announced it sleeps.
+#pragma once
+
+#include <memory>
+
+#include "link/link.h"
+#include "shm/segment.h"
+
+namespace rdmashim::shm {
+
+class ShmLink final : public Link {
+ public:
+  ShmLink(std::unique_ptr<Segment> segment, Side self);
+
+  size_t ring_size() const override { return segment_->ring_size(); }
+  void put(uint64_t offset, const void* src, size_t len) override;
+  void publish_tail(uint64_t tail) override;
+  uint64_t peer_head() override;
+  const unsigned char* rx_data() const override { return rx_; }
+  uint64_t peer_tail() override;
+  void publish_head(uint64_t head) override;
+  int wait_fd() const override { return segment_->doorbell(self_); }
+  void prepare_sleep() override;
+  void finish_sleep() override;
+
+  Segment& segment() { return *segment_; }
+  void mark_attached();
+  bool peer_attached() const;
+
+ private:
+  void wake_peer();
+
+  std::unique_ptr<Segment> segment_;
+  const Side self_;
+  const Side peer_;
+  SideState& mine_;
+  SideState& theirs_;
+  unsigned char* tx_;  // the peer's rx ring
+  unsigned char* rx_;  // ours
+};
+
+}  // namespace rdmashim::shm

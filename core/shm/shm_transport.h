@@ -1,0 +1,34 @@
+// The same-host transport: a Segment, the ShmLink over it, and the handover
+// of its descriptors through the rendezvous socket.
+#pragma once
+
+#include <memory>
+
+#include "conn/transport.h"
+#include "shm/rendezvous.h"
+#include "shm/shm_link.h"
+
+namespace rdmashim::shm {
+
+class ShmTransport final : public Transport {
+ public:
+  // Server: creates the segment and delivers it to the client's rendezvous
+  // name together with `token`. nullptr and *err on failure.
+  static std::unique_ptr<ShmTransport> offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
+                                             const unsigned char (&token)[kTokenBytes], int* err);
+  // Client: receives the descriptors on `listener`, checks them and maps the
+  // segment. nullptr and *err on failure.
+  static std::unique_ptr<ShmTransport> accept(int listener, const unsigned char (&token)[kTokenBytes],
+                                              size_t ring_size, int* err);
+
+  const char* name() const override { return "shm"; }
+  Link& link() override { return link_; }
+  void mark_attached() override { link_.mark_attached(); }
+  bool peer_attached() const override { return link_.peer_attached(); }
+
+ private:
+  ShmTransport(std::unique_ptr<Segment> segment, Side self) : link_(std::move(segment), self) {}
+  ShmLink link_;
+};
+
+}  // namespace rdmashim::shm

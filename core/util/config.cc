@@ -1,0 +1,95 @@
+#include "util/config.h"
+
+#include <pthread.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/log.h"
+
+namespace rdmashim {
+namespace {
+
+Config g_config;
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+constexpr size_t kMinRing = 4096;
+constexpr size_t kMaxRing = size_t{1} << 28;
+
+template <typename T>
+void read_number(const char* name, T* field, uint64_t lo, uint64_t hi) {
+  const char* text = getenv(name);
+  if (!text || !*text) return;
+  uint64_t v = 0;
+  if (!parse_size(text, &v) || v < lo || v > hi) {
+    log::warn("ignoring %s=%s (expected %llu..%llu)", name, text,
+              static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
+    return;
+  }
+  *field = static_cast<T>(v);
+}
+
+void load() {
+  Config& c = g_config;
+  // The log level first, so the warnings below are shown or not as asked.
+  if (const char* t = getenv("RDMASHIM_LOG")) {
+    if (!strcmp(t, "off") || !strcmp(t, "0")) c.log_level = 0;
+    else if (!strcmp(t, "warn") || !strcmp(t, "1")) c.log_level = 1;
+    else if (!strcmp(t, "info") || !strcmp(t, "2")) c.log_level = 2;
+    else if (!strcmp(t, "debug") || !strcmp(t, "3")) c.log_level = 3;
+  }
+  log::set_level(c.log_level);
+
+  if (const char* t = getenv("RDMASHIM_TRANSPORT"); t && *t) {
+    if (!strcmp(t, "auto")) c.transport = TransportChoice::kAuto;
+    else if (!strcmp(t, "shm")) c.transport = TransportChoice::kShm;
+    else if (!strcmp(t, "verbs")) c.transport = TransportChoice::kVerbs;
+    else if (!strcmp(t, "tcp")) c.transport = TransportChoice::kTcp;
+    else log::warn("ignoring RDMASHIM_TRANSPORT=%s (expected auto|shm|verbs|tcp)", t);
+  }
+  read_number("RDMASHIM_SETUP_TIMEOUT_MS", &c.setup_timeout_ms, 1, 600000);
+  read_number("RDMASHIM_SPIN_US", &c.spin_us, 0, 1000000);
+  size_t ring = c.ring_size;
+  read_number("RDMASHIM_RING_SIZE", &ring, kMinRing, kMaxRing);
+  if (ring & (ring - 1)) {
+    log::warn("ignoring RDMASHIM_RING_SIZE=%zu (must be a power of two)", ring);
+  } else {
+    c.ring_size = ring;
+  }
+  if (const char* t = getenv("RDMASHIM_FORKGEN"); t && *t) {
+    uint64_t v = 0;
+    if (parse_size(t, &v) && v < 64) c.fork_generation = static_cast<int>(v);
+    else log::warn("ignoring RDMASHIM_FORKGEN=%s (expected 0..63)", t);
+  }
+  if (const char* t = getenv("RDMASHIM_DISABLE"); t && *t && strcmp(t, "0") != 0) c.disabled = true;
+}
+
+}  // namespace
+
+bool parse_size(const char* text, uint64_t* out) {
+  if (!text || *text < '0' || *text > '9') return false;
+  errno = 0;
+  char* end = nullptr;
+  unsigned long long v = strtoull(text, &end, 10);
+  if (errno != 0 || end == text) return false;
+  unsigned shift = 0;
+  switch (*end) {
+    case '\0': break;
+    case 'k': case 'K': shift = 10; ++end; break;
+    case 'm': case 'M': shift = 20; ++end; break;
+    case 'g': case 'G': shift = 30; ++end; break;
+    default: return false;
+  }
+  if (*end != '\0') return false;
+  if (shift && v > (~0ULL >> shift)) return false;
+  *out = v << shift;
+  return true;
+}
+
+const Config& config() {
+  pthread_once(&g_once, load);
+  return g_config;
+}
+
+}  // namespace rdmashim

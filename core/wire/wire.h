@@ -1,0 +1,119 @@
+// What rdmashim puts on the TCP connection it upgrades. All integers are
+// little-endian; every struct is fixed-size and checked below.
+//
+// Client -> server:  [app bytes ...]                         (no rdmashim peer known: nothing added, ever)
+//                    Hello, Frame*, then Switch | Plain      (server advertised on this host)
+// Server -> client:  [app bytes ...]                         (app spoke before any Hello arrived)
+//                    Ack, Frame*, then Switch | Plain
+//
+// After Switch the direction's data moves through the ring and the TCP
+// direction carries only control frames (Close, Ping) and, finally, FIN.
+// After Plain the direction is raw TCP bytes again until the end.
+#pragma once
+
+#include <bit>
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+namespace rdmashim::wire {
+
+static_assert(std::endian::native == std::endian::little, "the wire layout is little-endian");
+
+constexpr uint16_t kVersion = 1;
+
+// The first byte 0xFF never starts UTF-8 text, a PostgreSQL startup packet
+// (length, 0x00 first), TLS (0x16), RESP, HTTP or SSH, so a server sees at
+// the first byte that a plain client is plain.
+constexpr unsigned char kHelloMagic[8] = {0xFF, 'r', 'd', 'm', 'a', 's', 'h', 'H'};
+constexpr unsigned char kAckMagic[8] = {0xFF, 'r', 'd', 'm', 'a', 's', 'h', 'A'};
+
+enum TransportBits : uint32_t {
+  kTransportShm = 1u << 0,
+  kTransportVerbs = 1u << 1,
+};
+
+// Client's opening message.
+//  0  magic[8]       kHelloMagic
+//  8  version        u16
+// 10  flags          u16 (0)
+// 12  transports     u32 TransportBits the client can use
+// 16  nonce[16]      random; echoed in Ack so app bytes can never pass for an Ack
+// 32  rendezvous[16] random name of the client's one-shot abstract unix socket
+//                    that receives the shared-memory descriptors
+// 48  reserved[16]   zero
+struct Hello {
+  unsigned char magic[8];
+  uint16_t version;
+  uint16_t flags;
+  uint32_t transports;
+  unsigned char nonce[16];
+  unsigned char rendezvous[16];
+  unsigned char reserved[16];
+};
+static_assert(sizeof(Hello) == 64);
+static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) == 32);
+
+// Server's answer to a Hello it saw before its application spoke.
+//  0  magic[8]       kAckMagic
+//  8  version        u16
+// 10  transport      u16 TransportBits value chosen (0: none, stay on TCP)
+// 12  ring_size      u32 bytes per direction
+// 16  nonce[16]      the Hello's nonce
+// 32  token[16]      secret that must accompany the descriptors on the unix socket
+// 48  reserved[16]   zero
+struct Ack {
+  unsigned char magic[8];
+  uint16_t version;
+  uint16_t transport;
+  uint32_t ring_size;
+  unsigned char nonce[16];
+  unsigned char token[16];
+  unsigned char reserved[16];
+};
+static_assert(sizeof(Ack) == 64);
+static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32);
+
+enum class FrameType : uint16_t {
+  kData = 1,    // payload: application bytes
+  kSwitch = 2,  // no payload: further data in this direction is in the ring
+  kPlain = 3,   // no payload: further bytes in this direction are raw TCP
+  kClose = 4,   // payload: u64 final ring position; sender shut down writing
+  kPing = 5,    // no payload: liveness probe while the ring is full
+};
+
+// Header of every frame after Hello/Ack.
+//  0  length   u32 payload bytes that follow
+//  4  type     u16 FrameType
+//  6  reserved u16 zero
+struct FrameHeader {
+  uint32_t length;
+  uint16_t type;
+  uint16_t reserved;
+};
+static_assert(sizeof(FrameHeader) == 8);
+
+constexpr uint32_t kMaxDataFrame = 1u << 20;    // a larger write is cut into frames
+constexpr uint32_t kMaxControlPayload = 64;     // a larger control frame is a protocol error
+
+// A frame header received from the peer, checked before anything trusts it.
+inline bool valid(const FrameHeader& h) {
+  switch (static_cast<FrameType>(h.type)) {
+    case FrameType::kData: return h.length > 0 && h.length <= kMaxDataFrame;
+    case FrameType::kSwitch:
+    case FrameType::kPlain:
+    case FrameType::kPing: return h.length == 0;
+    case FrameType::kClose: return h.length == sizeof(uint64_t);
+  }
+  return false;
+}
+
+// How much of `prefix` (len bytes received so far) agrees with `magic`.
+enum class Match { kNo, kPartial, kYes };
+inline Match match_magic(const unsigned char (&magic)[8], const void* prefix, size_t len) {
+  size_t n = len < sizeof magic ? len : sizeof magic;
+  if (memcmp(magic, prefix, n) != 0) return Match::kNo;
+  return n == sizeof magic ? Match::kYes : Match::kPartial;
+}
+
+}  // namespace rdmashim::wire
