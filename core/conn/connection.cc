@@ -128,7 +128,7 @@ void Connection::settle(stats::Outcome o) {
   settled_ = true;
   outcome_ = o;
   stats::count(o);
-  log::info("fd %d (%s) -> %s", fd_, role_ == Role::kClient ? "client" : "server", stats::name(o));
+  log::info("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 
 // Both locks held.
@@ -218,7 +218,7 @@ void Connection::handle_hello(const wire::Hello& hello) {
       adopt(std::move(t));
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
-      log::debug("fd %d: shared-memory setup failed: %s", fd_, strerror(-err));
+      log::debug("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
   if (transport_) {
@@ -275,7 +275,7 @@ void Connection::handle_ack(const wire::Ack& ack) {
   rendezvous_fd_.reset();
   if (!transport_) {
     if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
-    if (ack.transport != 0) log::debug("fd %d: attaching the shared memory failed: %s", fd_, strerror(-err));
+    if (ack.transport != 0) log::debug("fd %d: attaching the shared memory failed: %s", fd(), strerror(-err));
     tx_go_plain();
     settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
@@ -750,7 +750,7 @@ int Connection::epipe(int flags) {
 // The peer broke the protocol (or its memory): the stream cannot be trusted
 // any more. Both directions end as with a reset.
 int Connection::broken(const char* what) {
-  log::warn("fd %d: peer protocol error (%s); resetting the connection", fd_, what);
+  log::warn("fd %d: peer protocol error (%s); resetting the connection", fd(), what);
   linger lg{1, 0};
   sys::real().setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   sys::real().shutdown(fd_, SHUT_RDWR);

@@ -58,7 +58,10 @@ class Connection {
 
   // Both directions are raw TCP and will stay so: hooks may skip us.
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
-  int fd() const { return fd_; }
+  int fd() const { return fd_.load(std::memory_order_relaxed); }
+  // The preload points us at another descriptor of the same socket when the
+  // one we used is closed while a duplicate stays open.
+  void set_fd(int fd) { fd_.store(fd, std::memory_order_relaxed); }
   Role role() const { return role_; }
   stats::Outcome outcome() const { return outcome_; }
   const char* transport_name() const;
@@ -105,7 +108,7 @@ class Connection {
   int epipe(int flags);
   int broken(const char* what);
 
-  const int fd_;
+  std::atomic<int> fd_;
   const Role role_;
   std::mutex rx_mu_;  // order: rx_mu_ before tx_mu_
   std::mutex tx_mu_;

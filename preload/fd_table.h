@@ -1,0 +1,89 @@
+// The side table from descriptor number to what rdmashim knows about it.
+//
+// Lookups are lock-free for descriptors we do not track (one load, the hot
+// path of every read() and write() on a file or pipe). For tracked ones a
+// per-slot lock bit is held only while the entry's reference count is bumped,
+// so a close() racing with a call in another thread can never free an entry
+// that call is still using.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "conn/connection.h"
+#include "util/unique_fd.h"
+
+namespace rdmashim::preload {
+
+struct Entry {
+  enum class Kind : uint8_t {
+    kListener,  // a listening TCP socket we advertised
+    kPending,   // a client socket whose non-blocking connect is in progress
+    kStream,    // a connection we may upgrade (or did)
+  };
+
+  explicit Entry(Kind k) : kind(k) {}
+  std::atomic<int> refs{0};  // table slots plus calls in flight
+  std::atomic<Kind> kind;
+  UniqueFd advert;                   // kListener: keeps the registry entry alive
+  std::unique_ptr<Connection> conn;  // kStream
+  std::mutex mu;                     // guards the change kPending -> kStream
+  sockaddr_storage peer{};           // kPending: where it connects
+  socklen_t peer_len = 0;
+  // Descriptors (dup, dup2, ...) naming this socket; the connection uses one
+  // that is open, so closing the original while a duplicate lives is fine.
+  static constexpr int kMaxAliases = 16;
+  int aliases[kMaxAliases];
+  int alias_count = 0;
+};
+
+class Ref {
+ public:
+  Ref() = default;
+  explicit Ref(Entry* e) : e_(e) {}
+  Ref(Ref&& o) noexcept : e_(o.e_) { o.e_ = nullptr; }
+  Ref& operator=(Ref&& o) noexcept;
+  Ref(const Ref&) = delete;
+  ~Ref();
+  Entry* operator->() const { return e_; }
+  Entry* get() const { return e_; }
+  explicit operator bool() const { return e_ != nullptr; }
+
+ private:
+  Entry* e_ = nullptr;
+};
+
+void unref(Entry* e);
+
+class FdTable {
+ public:
+  constexpr FdTable() = default;
+  static constexpr int kMaxFd = 1 << 22;
+
+  // The entry for fd with a reference held, or empty.
+  Ref get(int fd);
+  // Stores e for fd (taking a reference); returns false if fd is out of range.
+  bool set(int fd, Entry* e);
+  // Removes fd's entry and returns the table's reference to it (or nullptr).
+  Entry* take(int fd);
+  // In a child after fork(): no other thread exists, so no lock can be held.
+  void reset_locks_after_fork();
+
+ private:
+  static constexpr int kLeafBits = 10;
+  static constexpr int kLeafSize = 1 << kLeafBits;
+  static constexpr int kLeaves = kMaxFd / kLeafSize;
+  using Slot = std::atomic<uintptr_t>;  // Entry* with bit 0 as the slot lock
+
+  Slot* slot(int fd, bool create);
+  static uintptr_t lock(Slot& s);
+  std::atomic<Slot*> leaves_[kLeaves] = {};
+};
+
+FdTable& table();
+
+}  // namespace rdmashim::preload

@@ -1,0 +1,231 @@
+// Hooks for the socket lifecycle: creating, connecting, listening,
+// accepting, duplicating and closing. Everything else about a socket
+// (names, options) is the kernel's, because the descriptor stays a real
+// kernel TCP socket.
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/ioctl.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdarg>
+#include <cstring>
+#include <new>
+
+#include "discovery/registry.h"
+#include "preload.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/stats.h"
+
+namespace rdmashim::preload {
+namespace {
+
+bool is_tcp_socket(int fd) {
+  int domain = 0, type = 0, proto = 0;
+  socklen_t len = sizeof(int);
+  const auto& r = real();
+  if (r.getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return false;
+  len = sizeof(int);
+  if (r.getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0) return false;
+  len = sizeof(int);
+  if (r.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0) return false;
+  return (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM && proto == IPPROTO_TCP;
+}
+
+void add_alias(Entry* e, int fd) {
+  std::lock_guard<std::mutex> lock(e->mu);
+  if (e->alias_count < Entry::kMaxAliases) e->aliases[e->alias_count++] = fd;
+}
+
+// Registers e under fd as a new name for it.
+void attach(int fd, Entry* e) {
+  add_alias(e, fd);
+  if (!table().set(fd, e)) {
+    // Beyond the table's range: the descriptor stays untracked and plain.
+    std::lock_guard<std::mutex> lock(e->mu);
+    --e->alias_count;
+  }
+}
+
+// Forgets fd as a name of e; keeps the connection pointed at an open one.
+void detach(int fd, Entry* e) {
+  std::lock_guard<std::mutex> lock(e->mu);
+  for (int i = 0; i < e->alias_count; ++i) {
+    if (e->aliases[i] == fd) {
+      e->aliases[i] = e->aliases[--e->alias_count];
+      break;
+    }
+  }
+  if (e->conn && e->conn->fd() == fd && e->alias_count > 0) e->conn->set_fd(e->aliases[0]);
+}
+
+void advertise_listener(int fd) {
+  sockaddr_storage self{};
+  socklen_t len = sizeof self;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return;
+  auto* e = new (std::nothrow) Entry(Entry::Kind::kListener);
+  if (!e) return;
+  e->advert = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
+  attach(fd, e);
+  // A second listener of the same port (SO_REUSEPORT) shares the first one's
+  // entry: the bind fails and we still accept as a listener under rdmashim.
+}
+
+// After accept: an accepted socket of a listener under rdmashim.
+int track_accepted(int listener, int fd) {
+  if (fd < 0) return fd;
+  int saved = errno;
+  Ref l = table().get(listener);
+  if (!l && is_tcp_socket(listener)) {
+    // A listener we did not create (inherited, socket activation): advertise
+    // it now, at its first accept.
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (real().getsockopt(listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
+      advertise_listener(listener);
+      l = table().get(listener);
+    }
+  }
+  if (l && l->kind.load() == Entry::Kind::kListener) {
+    Connection* conn = Connection::make_server(fd);
+    auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
+    if (e) {
+      e->conn.reset(conn);
+      attach(fd, e);
+    } else {
+      delete conn;
+    }
+  }
+  errno = saved;
+  return fd;
+}
+
+}  // namespace
+
+void track_client(int fd, const sockaddr* peer, socklen_t len) {
+  if (!discovery::peer_advertised(peer, len)) {
+    stats::count(stats::Outcome::kTcpNotAdvertised);
+    log::info("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpNotAdvertised));
+    return;
+  }
+  Connection* conn = Connection::make_client(fd);
+  if (!conn) return;
+  auto* e = new (std::nothrow) Entry(Entry::Kind::kStream);
+  if (!e) {
+    delete conn;  // the Hello went out: without an entry the stream would be garbled
+    return;
+  }
+  e->conn.reset(conn);
+  attach(fd, e);
+}
+
+}  // namespace rdmashim::preload
+
+using namespace rdmashim;
+using namespace rdmashim::preload;
+
+extern "C" {
+
+int socket(int domain, int type, int protocol) { return real().socket(domain, type, protocol); }
+
+int connect(int fd, const sockaddr* addr, socklen_t len) {
+  int r = real().connect(fd, addr, len);
+  if (r != 0 && errno != EINPROGRESS) return r;
+  int saved = errno;
+  if (config().disabled || !addr || table().get(fd) || !is_tcp_socket(fd)) {
+    errno = saved;
+    return r;
+  }
+  if (r == 0) {
+    track_client(fd, addr, len);
+  } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
+    // Non-blocking connect: the Hello goes out at the first I/O once it completed.
+    memcpy(&e->peer, addr, len < sizeof e->peer ? len : sizeof e->peer);
+    e->peer_len = len;
+    attach(fd, e);
+  }
+  errno = saved;
+  return r;
+}
+
+int listen(int fd, int backlog) {
+  int r = real().listen(fd, backlog);
+  if (r != 0 || config().disabled) return r;
+  int saved = errno;
+  if (!table().get(fd) && is_tcp_socket(fd)) advertise_listener(fd);
+  errno = saved;
+  return r;
+}
+
+int accept(int fd, sockaddr* addr, socklen_t* len) { return track_accepted(fd, real().accept(fd, addr, len)); }
+
+int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  return track_accepted(fd, real().accept4(fd, addr, len, flags));
+}
+
+int close(int fd) {
+  Entry* e = table().take(fd);
+  if (e) detach(fd, e);
+  int r = real().close(fd);
+  if (e) {
+    int saved = errno;
+    unref(e);  // the last name gone: the connection and its rings go too
+    errno = saved;
+  }
+  return r;
+}
+
+int shutdown(int fd, int how) {
+  if (Ref s = active_stream(fd)) return syscall_result(s->conn->shutdown(how));
+  return real().shutdown(fd, how);
+}
+
+int dup(int fd) {
+  int r = real().dup(fd);
+  if (r >= 0) {
+    if (Ref e = table().get(fd)) attach(r, e.get());
+  }
+  return r;
+}
+
+static int dup_onto(int oldfd, int newfd, int r) {
+  if (r < 0 || oldfd == newfd) return r;
+  // newfd was closed by the kernel as part of the call.
+  if (Entry* old = table().take(newfd)) {
+    detach(newfd, old);
+    unref(old);
+  }
+  if (Ref e = table().get(oldfd)) attach(newfd, e.get());
+  return r;
+}
+
+int dup2(int oldfd, int newfd) { return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd)); }
+int dup3(int oldfd, int newfd, int flags) { return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags)); }
+
+int fcntl(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);  // every fcntl argument fits a pointer-sized slot
+  va_end(ap);
+  int r = real().fcntl(fd, cmd, arg);
+  if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
+    if (Ref e = table().get(fd)) attach(r, e.get());
+  }
+  return r;
+}
+
+// The descriptor is the kernel's socket: names and options are answered by
+// the kernel as they are. These exist so that per-option emulation has one
+// place to live when an option's meaning changes on a ring.
+int getpeername(int fd, sockaddr* addr, socklen_t* len) { return real().getpeername(fd, addr, len); }
+int getsockname(int fd, sockaddr* addr, socklen_t* len) { return real().getsockname(fd, addr, len); }
+int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
+  return real().getsockopt(fd, level, name, val, len);
+}
+int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
+  return real().setsockopt(fd, level, name, val, len);
+}
+
+}  // extern "C"

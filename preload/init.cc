@@ -1,0 +1,85 @@
+// Process-level plumbing: resolving the real calls, fork generations, and
+// finding the stream behind a descriptor.
+#include <pthread.h>
+#include <sys/socket.h>
+
+#include <atomic>
+
+#include "preload.h"
+#include "util/config.h"
+#include "util/process.h"
+
+namespace rdmashim::preload {
+namespace {
+
+std::atomic<bool> g_ready{false};
+
+void on_fork_child() {
+  note_fork_child();
+  table().reset_locks_after_fork();
+}
+
+void initialize() {
+  sys::init(sys::Source::kNextObject);
+  (void)config();
+  pthread_atfork(nullptr, nullptr, on_fork_child);
+}
+
+pthread_once_t g_once = PTHREAD_ONCE_INIT;
+
+__attribute__((constructor)) void on_load() {
+  pthread_once(&g_once, initialize);
+  g_ready.store(true, std::memory_order_release);
+}
+
+// A pending non-blocking connect that has completed becomes a client stream
+// now: this is its first I/O, and the Hello goes out before any of its bytes.
+void settle_pending(int fd, Entry& e) {
+  {
+    std::lock_guard<std::mutex> lock(e.mu);
+    if (e.kind.load() != Entry::Kind::kPending) return;
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
+      int err = 0;
+      socklen_t errlen = sizeof err;
+      real().getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen);
+      // Still connecting: ask again at the next call. Failed: plain for good.
+      if (err == 0) return;
+    }
+    e.kind.store(Entry::Kind::kStream);  // no connection object: plain
+  }
+  if (Entry* marker = table().take(fd)) unref(marker);
+  if (e.conn == nullptr && e.peer_len > 0) {
+    sockaddr_storage peer{};
+    socklen_t len = sizeof peer;
+    if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
+      track_client(fd, reinterpret_cast<sockaddr*>(&e.peer), e.peer_len);
+    }
+  }
+}
+
+}  // namespace
+
+const sys::Table& real() {
+  if (!g_ready.load(std::memory_order_acquire)) pthread_once(&g_once, initialize);
+  return sys::real();
+}
+
+Ref active_stream(int fd) {
+  Ref e = table().get(fd);
+  if (!e) return e;
+  Entry::Kind kind = e->kind.load(std::memory_order_relaxed);
+  if (kind == Entry::Kind::kPending) {
+    int saved = errno;
+    settle_pending(fd, *e.get());
+    errno = saved;
+    e = table().get(fd);
+    if (!e) return e;
+    kind = e->kind.load(std::memory_order_relaxed);
+  }
+  if (kind != Entry::Kind::kStream || !e->conn || e->conn->passthrough()) return Ref();
+  return e;
+}
+
+}  // namespace rdmashim::preload

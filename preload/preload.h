@@ -1,0 +1,35 @@
+// What every hook family shares: the real calls, the errno convention, and
+// finding the connection behind a descriptor.
+#pragma once
+
+#include <cerrno>
+
+#include "fd_table.h"
+#include "sys/sys.h"
+
+namespace rdmashim::preload {
+
+// The real calls, resolved (as the next definition after us) on first use,
+// which may be before our constructor ran.
+const sys::Table& real();
+
+// Core calls return a count or a negative errno; hooks return -1 and set errno.
+template <typename T>
+inline T syscall_result(T r) {
+  if (r < 0) {
+    errno = static_cast<int>(-r);
+    return -1;
+  }
+  return r;
+}
+
+// The upgraded-or-upgradable connection behind fd, with a reference held, or
+// empty when fd is plain (then the hook calls the real function). Completes
+// a pending non-blocking connect first, if that is what fd is.
+Ref active_stream(int fd);
+
+// Starts tracking a connected client socket (sends the Hello if its peer
+// advertised rdmashim on this host). `peer` is where it connected.
+void track_client(int fd, const sockaddr* peer, socklen_t len);
+
+}  // namespace rdmashim::preload

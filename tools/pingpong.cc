@@ -1,0 +1,175 @@
+#include "pingpong.h"
+
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "util/config.h"
+
+namespace rdmashim::tools {
+namespace {
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void usage(const char* tool, bool with_transport) {
+  fprintf(stderr,
+          "usage: %s --local [options]            both ends on this host (forks a server)\n"
+          "       %s server [--port P] [options]  serve clients one after another\n"
+          "       %s client HOST[:PORT] [options]\n"
+          "options: --size BYTES (64) --iters N (100000) --warmup N --port P --json%s\n",
+          tool, tool, tool, with_transport ? "\n         --transport auto|shm|verbs|tcp" : "");
+}
+
+bool number(const char* text, uint64_t* out) { return rdmashim::parse_size(text, out); }
+
+}  // namespace
+
+bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOptions* o, bool with_transport) {
+  bool mode_set = false;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](uint64_t* out) {
+      if (i + 1 >= argc || !number(argv[i + 1], out)) {
+        fprintf(stderr, "%s: %s needs a number\n", tool, a.c_str());
+        return false;
+      }
+      ++i;
+      return true;
+    };
+    uint64_t v = 0;
+    if (a == "--local") {
+      o->mode = PingPongOptions::Mode::kLocal;
+      mode_set = true;
+    } else if (a == "server") {
+      o->mode = PingPongOptions::Mode::kServer;
+      mode_set = true;
+    } else if (a == "client") {
+      o->mode = PingPongOptions::Mode::kClient;
+      mode_set = true;
+      if (i + 1 < argc && argv[i + 1][0] != '-') {
+        std::string target = argv[++i];
+        size_t colon = target.rfind(':');
+        if (colon != std::string::npos && target.find(':') == colon) {
+          if (!number(target.c_str() + colon + 1, &v) || v == 0 || v > 65535) {
+            fprintf(stderr, "%s: bad port in %s\n", tool, target.c_str());
+            return false;
+          }
+          o->port = static_cast<uint16_t>(v);
+          target.resize(colon);
+        }
+        o->host = target;
+      }
+    } else if (a == "--size") {
+      if (!value(&v) || v == 0 || v > (1u << 30)) return usage(tool, with_transport), false;
+      o->size = v;
+    } else if (a == "--iters") {
+      if (!value(&v) || v == 0) return usage(tool, with_transport), false;
+      o->iters = v;
+    } else if (a == "--warmup") {
+      if (!value(&v)) return usage(tool, with_transport), false;
+      o->warmup = v;
+    } else if (a == "--port") {
+      if (!value(&v) || v > 65535) return usage(tool, with_transport), false;
+      o->port = static_cast<uint16_t>(v);
+    } else if (a == "--host" && i + 1 < argc) {
+      o->host = argv[++i];
+    } else if (a == "--json") {
+      o->json = true;
+    } else if (with_transport && a == "--transport" && i + 1 < argc) {
+      o->transport = argv[++i];
+      if (o->transport != "auto" && o->transport != "shm" && o->transport != "verbs" && o->transport != "tcp") {
+        fprintf(stderr, "%s: --transport takes auto, shm, verbs or tcp\n", tool);
+        return false;
+      }
+    } else if (a == "-h" || a == "--help") {
+      usage(tool, with_transport);
+      exit(0);
+    } else {
+      fprintf(stderr, "%s: unknown argument %s\n", tool, a.c_str());
+      usage(tool, with_transport);
+      return false;
+    }
+  }
+  if (!mode_set) {
+    usage(tool, with_transport);
+    return false;
+  }
+  if (o->mode == PingPongOptions::Mode::kClient && o->port == 0) {
+    fprintf(stderr, "%s: client needs a port (HOST:PORT or --port)\n", tool);
+    return false;
+  }
+  if (o->warmup == 0) o->warmup = std::min<uint64_t>(o->iters / 10, 10000);
+  return true;
+}
+
+int serve_pingpong(Channel& ch, size_t size) {
+  std::vector<char> buf(size);
+  for (;;) {
+    ssize_t n = ch.recv_all(buf.data(), size);
+    if (n == 0) return 0;
+    if (n < 0) return static_cast<int>(n);
+    if (static_cast<size_t>(n) != size) return -EPROTO;  // EOF mid-message
+    n = ch.send_all(buf.data(), size);
+    if (n < 0) return static_cast<int>(n);
+  }
+}
+
+int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o) {
+  std::vector<char> out(o.size), in(o.size);
+  for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7);
+  std::vector<uint32_t> rtt_ns;
+  rtt_ns.reserve(o.iters);
+  uint64_t start = 0;
+  for (uint64_t i = 0; i < o.warmup + o.iters; ++i) {
+    if (i == o.warmup) start = now_ns();
+    uint64_t t0 = now_ns();
+    out[0] = static_cast<char>(i);
+    if (ch.send_all(out.data(), o.size) != static_cast<ssize_t>(o.size)) {
+      fprintf(stderr, "%s: send failed at round trip %llu: %s\n", tool, static_cast<unsigned long long>(i),
+              strerror(errno));
+      return 1;
+    }
+    ssize_t n = ch.recv_all(in.data(), o.size);
+    if (n != static_cast<ssize_t>(o.size)) {
+      fprintf(stderr, "%s: %s at round trip %llu\n", tool, n == 0 ? "server closed the connection" : "receive failed",
+              static_cast<unsigned long long>(i));
+      return 1;
+    }
+    if (memcmp(in.data(), out.data(), o.size) != 0) {
+      fprintf(stderr, "%s: echo mismatch at round trip %llu\n", tool, static_cast<unsigned long long>(i));
+      return 1;
+    }
+    if (i >= o.warmup) {
+      uint64_t d = now_ns() - t0;
+      rtt_ns.push_back(static_cast<uint32_t>(d > UINT32_MAX ? UINT32_MAX : d));
+    }
+  }
+  double seconds = static_cast<double>(now_ns() - start) / 1e9;
+  std::vector<uint32_t> sorted = rtt_ns;
+  std::sort(sorted.begin(), sorted.end());
+  auto pct = [&](double p) { return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))] / 1e3; };
+  double rate = static_cast<double>(o.iters) / seconds;
+  double avg = seconds * 1e6 / static_cast<double>(o.iters);
+  if (o.json) {
+    printf("{\"tool\":\"%s\",\"transport\":\"%s\",\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
+           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f}\n",
+           tool, ch.transport.c_str(), o.size, static_cast<unsigned long long>(o.iters), seconds, rate, avg,
+           pct(0.50), pct(0.99), sorted.back() / 1e3);
+  } else {
+    printf("%s: %zu B x %llu round trips over %s: %.0f round trips/s, avg %.2f us, p50 %.2f us, p99 %.2f us\n",
+           tool, o.size, static_cast<unsigned long long>(o.iters), ch.transport.c_str(), rate, avg, pct(0.50),
+           pct(0.99));
+  }
+  return 0;
+}
+
+}  // namespace rdmashim::tools
