@@ -448,11 +448,10 @@ bool Connection::poll_control() {
     int r = read_frame_bytes(MSG_DONTWAIT);
     if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR) return changed;
     if (r == 0) {
+      // FIN: the peer will not write again. Whether it still reads is for
+      // the writer to find out (see wait_ring).
       tcp_eof_ = true;
       tcp_done_.store(true, std::memory_order_relaxed);
-      // FIN after a Close frame is a half-close; FIN alone means the peer's
-      // socket is gone and will never read again.
-      if (!peer_closed_) peer_gone_.store(true, std::memory_order_relaxed);
       return true;
     }
     if (r < 0) {
@@ -711,18 +710,24 @@ int Connection::wait_ring(bool for_write, int64_t dl) {
   }
   Link& link = transport_->link();
   link.prepare_sleep();
-  if (ready() || tx_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed)) {
+  if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
     link.finish_sleep();
     return 0;
   }
-  pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd_, POLLIN, 0}};
-  nfds_t n = tcp_done_.load(std::memory_order_relaxed) ? 1 : 2;
+  // A reader also waits for the TCP side to speak (control frames, FIN, RST).
+  // A writer only listens for errors there: a full ring to a peer whose
+  // socket is gone would never drain, so it pings now and then, and a gone
+  // peer's kernel answers with RST, which poll reports as POLLERR.
+  if (for_write) ping_if_due();
+  short tcp_events = !for_write && !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
+  pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
   if (dl != kNoDeadline) {
     int64_t left = dl - static_cast<int64_t>(now_ns());
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
-  int r = sys::real().poll(p, n, timeout);
+  if (for_write && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  int r = sys::real().poll(p, 2, timeout);
   int e = errno;
   link.finish_sleep();
   if (r < 0) {
@@ -730,13 +735,20 @@ int Connection::wait_ring(bool for_write, int64_t dl) {
     return dl == kNoDeadline && signals_restart() ? 0 : -EINTR;
   }
   if (r == 0 && dl != kNoDeadline && static_cast<int64_t>(now_ns()) >= dl) return -EAGAIN;
-  if (n == 2 && p[1].revents) {
-    // The peer's socket spoke: a control frame, FIN or RST. The receive side
-    // owns that parsing; a writer takes it over only if nobody is reading.
-    std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
-    if (!for_write || rx.try_lock()) poll_control();
+  if (for_write) {
+    if (p[1].revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
+  } else if (p[1].revents) {
+    poll_control();
   }
   return 0;
+}
+
+void Connection::ping_if_due() {
+  uint64_t now = now_ns();
+  if (now - last_ping_ns_ < uint64_t{kPingIntervalMs} * 1'000'000) return;
+  last_ping_ns_ = now;
+  int r = send_control(wire::FrameType::kPing, nullptr, 0);
+  if (r == -EPIPE || r == -ECONNRESET) peer_gone_.store(true, std::memory_order_relaxed);
 }
 
 int Connection::epipe(int flags) {

@@ -72,6 +72,7 @@ class Connection {
   enum class TxWant : uint8_t { kNone, kRing, kPlain };  // switch at the next frame boundary
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
+  static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
 
   Connection(int fd, Role role);
 
@@ -100,6 +101,7 @@ class Connection {
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns);
+  void ping_if_due();  // tx_mu_ held
   void wake_self();
   bool nonblocking(int flags) const;
   int64_t deadline(int optname) const;
@@ -147,6 +149,7 @@ class Connection {
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool close_sent_ = false;
+  uint64_t last_ping_ns_ = 0;
   std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket
   std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail
   std::atomic<bool> rx_shut_{false};

@@ -1,0 +1,281 @@
+// The connection state machine end to end over real loopback TCP sockets,
+// with the shared-memory transport: handshake, switch, fallbacks, EOF and
+// half-close, errors, and the flags a byte stream must honour.
+#include <gtest/gtest.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "conn/connection.h"
+#include "wire/wire.h"
+
+namespace rdmashim {
+namespace {
+
+struct TcpPair {
+  int client = -1, server = -1;
+  TcpPair() {
+    int l = socket(AF_INET, SOCK_STREAM, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    socklen_t len = sizeof a;
+    EXPECT_EQ(bind(l, reinterpret_cast<sockaddr*>(&a), len), 0);
+    EXPECT_EQ(listen(l, 4), 0);
+    getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
+    client = socket(AF_INET, SOCK_STREAM, 0);
+    EXPECT_EQ(connect(client, reinterpret_cast<sockaddr*>(&a), len), 0);
+    server = accept(l, nullptr, nullptr);
+    close(l);
+  }
+  ~TcpPair() {
+    if (client >= 0) close(client);
+    if (server >= 0) close(server);
+  }
+};
+
+std::vector<unsigned char> pattern(size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  uint32_t x = seed * 2654435761u + 1;
+  for (auto& b : v) {
+    x ^= x << 13, x ^= x >> 17, x ^= x << 5;
+    b = static_cast<unsigned char>(x);
+  }
+  return v;
+}
+
+ssize_t send_all(Connection& c, const void* p, size_t n, int flags = MSG_NOSIGNAL) {
+  size_t done = 0;
+  while (done < n) {
+    iovec iov{const_cast<char*>(static_cast<const char*>(p)) + done, n - done};
+    ssize_t r = c.send(&iov, 1, flags);
+    if (r <= 0) return r;
+    done += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+// Reads until EOF (or error), returns everything.
+std::vector<unsigned char> recv_to_eof(Connection& c, int* err = nullptr) {
+  std::vector<unsigned char> out;
+  unsigned char buf[7777];
+  for (;;) {
+    iovec iov{buf, sizeof buf};
+    ssize_t r = c.recv(&iov, 1, 0);
+    if (r <= 0) {
+      if (err) *err = static_cast<int>(r);
+      return out;
+    }
+    out.insert(out.end(), buf, buf + r);
+  }
+}
+
+ssize_t recv_some(Connection& c, void* p, size_t n, int flags = 0) {
+  iovec iov{p, n};
+  return c.recv(&iov, 1, flags);
+}
+
+TEST(Connection, UpgradesToSharedMemoryAndMovesLargeStreamsBothWays) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  // 3 MiB each way, several laps of the ring; the first bytes leave before
+  // the Ack arrives and travel framed over TCP.
+  auto up = pattern(3 << 20, 1), down = pattern(3 << 20, 2);
+  std::vector<unsigned char> got_up, got_down;
+  std::thread s([&] {
+    got_up = recv_to_eof(*server);
+    EXPECT_EQ(send_all(*server, down.data(), down.size()), static_cast<ssize_t>(down.size()));
+    EXPECT_EQ(server->shutdown(SHUT_WR), 0);
+  });
+  ASSERT_EQ(send_all(*client, up.data(), up.size()), static_cast<ssize_t>(up.size()));
+  ASSERT_EQ(client->shutdown(SHUT_WR), 0);
+  got_down = recv_to_eof(*client);
+  s.join();
+  EXPECT_TRUE(got_up == up);
+  EXPECT_TRUE(got_down == down);
+  EXPECT_STREQ(client->transport_name(), "shm");
+  EXPECT_STREQ(server->transport_name(), "shm");
+}
+
+TEST(Connection, PingPongStaysOrderedAcrossTheSwitch) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  std::thread s([&] {
+    unsigned char b[16];
+    for (int i = 0; i < 2000; ++i) {
+      iovec iov{b, sizeof b};
+      ASSERT_EQ(server->recv(&iov, 1, MSG_WAITALL), 16);
+      ASSERT_EQ(send_all(*server, b, sizeof b), 16);
+    }
+  });
+  for (int i = 0; i < 2000; ++i) {
+    auto msg = pattern(16, static_cast<unsigned>(i));
+    ASSERT_EQ(send_all(*client, msg.data(), 16), 16);
+    unsigned char b[16];
+    iovec iov{b, sizeof b};
+    ASSERT_EQ(client->recv(&iov, 1, MSG_WAITALL), 16);
+    ASSERT_EQ(memcmp(b, msg.data(), 16), 0) << "round trip " << i;
+  }
+  s.join();
+  EXPECT_STREQ(client->transport_name(), "shm");
+}
+
+TEST(Connection, PlainClientIsServedAsPlainTcp) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  const char hello[] = "GET / HTTP/1.0\r\n\r\n";
+  ASSERT_EQ(write(t.client, hello, sizeof hello), static_cast<ssize_t>(sizeof hello));
+  char buf[64];
+  ASSERT_EQ(recv_some(*server, buf, sizeof buf), static_cast<ssize_t>(sizeof hello));
+  EXPECT_EQ(memcmp(buf, hello, sizeof hello), 0);
+  EXPECT_TRUE(server->passthrough());
+  EXPECT_STREQ(server->transport_name(), "tcp:peer-plain");
+  // What the server sends reaches the plain client untouched.
+  ASSERT_EQ(send_all(*server, "ok", 2), 2);
+  ASSERT_EQ(read(t.client, buf, sizeof buf), 2);
+  EXPECT_EQ(memcmp(buf, "ok", 2), 0);
+}
+
+TEST(Connection, PlainClientWhoseFirstByteLooksLikeOursIsStillPlain) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  const unsigned char telnet[] = {0xFF, 0xFB, 0x01, 'x'};  // IAC WILL ECHO
+  ASSERT_EQ(write(t.client, telnet, sizeof telnet), 4);
+  unsigned char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, sizeof buf), 4);
+  EXPECT_EQ(memcmp(buf, telnet, 4), 0);
+  EXPECT_TRUE(server->passthrough());
+}
+
+TEST(Connection, ServerThatSpeaksFirstStripsTheLateHelloAndBothStayPlain) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  const char greeting[] = "220 smtp ready\r\n";
+  ASSERT_EQ(send_all(*server, greeting, sizeof greeting), static_cast<ssize_t>(sizeof greeting));
+  EXPECT_STREQ(server->transport_name(), "tcp:server-spoke-first");
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));  // Hello goes out now
+  ASSERT_TRUE(client);
+  char buf[64];
+  ASSERT_EQ(recv_some(*client, buf, sizeof greeting, MSG_WAITALL), static_cast<ssize_t>(sizeof greeting));
+  EXPECT_EQ(memcmp(buf, greeting, sizeof greeting), 0);
+  EXPECT_STREQ(client->transport_name(), "tcp:server-spoke-first");
+  ASSERT_EQ(send_all(*client, "EHLO x\r\n", 8), 8);
+  ASSERT_EQ(recv_some(*server, buf, 8, MSG_WAITALL), 8);
+  EXPECT_EQ(memcmp(buf, "EHLO x\r\n", 8), 0);
+  EXPECT_TRUE(client->passthrough());
+}
+
+TEST(Connection, HalfCloseKeepsTheOtherDirectionOpen) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  ASSERT_EQ(send_all(*client, "abc", 3), 3);
+  char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, 3, MSG_WAITALL), 3);
+  ASSERT_EQ(send_all(*server, "x", 1), 1);
+  ASSERT_EQ(recv_some(*client, buf, 1), 1);
+  ASSERT_EQ(send_all(*client, "defg", 4), 4);  // over the ring now
+  ASSERT_EQ(client->shutdown(SHUT_WR), 0);
+  ASSERT_EQ(recv_some(*server, buf, 8, MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "defg", 4), 0);
+  EXPECT_EQ(recv_some(*server, buf, 8), 0);  // EOF, and again
+  EXPECT_EQ(recv_some(*server, buf, 8), 0);
+  ASSERT_EQ(send_all(*server, "still", 5), 5);
+  ASSERT_EQ(recv_some(*client, buf, 5, MSG_WAITALL), 5);
+  EXPECT_EQ(memcmp(buf, "still", 5), 0);
+  EXPECT_STREQ(client->transport_name(), "shm");
+  // Writing after our own shutdown is EPIPE, as the kernel says.
+  EXPECT_EQ(send_all(*client, "no", 2), -EPIPE);
+}
+
+TEST(Connection, PeerCloseIsEndOfStreamAfterTheDataAndWritesThenFail) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  ASSERT_EQ(send_all(*client, "1", 1), 1);
+  char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, 1), 1);
+  ASSERT_EQ(send_all(*server, "2", 1), 1);
+  ASSERT_EQ(recv_some(*client, buf, 1), 1);
+  ASSERT_EQ(send_all(*server, "tail", 4), 4);
+  ASSERT_EQ(send_all(*client, "up", 2), 2);
+  ASSERT_EQ(recv_some(*server, buf, 2, MSG_WAITALL), 2);
+  // The server closes without shutdown(): only FIN tells the client.
+  server.reset();
+  close(t.server);
+  t.server = -1;
+  int err = 1;
+  auto rest = recv_to_eof(*client, &err);
+  EXPECT_EQ(std::string(rest.begin(), rest.end()), "tail");
+  EXPECT_EQ(err, 0);
+  // The peer's socket is gone: once the ring is full, writes fail.
+  std::vector<unsigned char> big(1 << 20);
+  ssize_t r = 0;
+  for (int i = 0; i < 8 && r >= 0; ++i) r = send_all(*client, big.data(), big.size());
+  EXPECT_EQ(r, -EPIPE);
+}
+
+TEST(Connection, PeekWaitallAndDontwaitOnTheRing) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  std::thread setup([&] { EXPECT_EQ(server->finish_setup(2000), 0); });
+  ASSERT_EQ(client->finish_setup(2000), 0);
+  setup.join();
+  char buf[16];
+  EXPECT_EQ(recv_some(*client, buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  ASSERT_EQ(send_all(*server, "0123456789", 10), 10);
+  ASSERT_EQ(recv_some(*client, buf, 4, MSG_PEEK | MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "0123", 4), 0);
+  ASSERT_EQ(recv_some(*client, buf, 10, MSG_WAITALL), 10);
+  EXPECT_EQ(memcmp(buf, "0123456789", 10), 0);
+  EXPECT_EQ(recv_some(*client, buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  std::thread late([&] {
+    usleep(20000);
+    send_all(*server, "ab", 1);
+    usleep(20000);
+    send_all(*server, "b", 1);
+  });
+  ASSERT_EQ(recv_some(*client, buf, 2, MSG_WAITALL), 2);  // spans two writes
+  late.join();
+  EXPECT_STREQ(server->transport_name(), "shm");
+}
+
+TEST(Connection, GarbageFromARdmashimPeerIsAResetNotACrash) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  wire::Hello h{};
+  memcpy(h.magic, wire::kHelloMagic, 8);
+  h.version = wire::kVersion;
+  ASSERT_EQ(write(t.client, &h, sizeof h), 64);
+  const unsigned char junk[8] = {1, 0, 0, 0, 0x77, 0x77, 0, 0};  // a frame of unknown type
+  ASSERT_EQ(write(t.client, junk, sizeof junk), 8);
+  char buf[8];
+  EXPECT_EQ(recv_some(*server, buf, sizeof buf), -ECONNRESET);
+}
+
+TEST(Connection, ReadTimeoutIsHonoured) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  std::thread s([&] { server->finish_setup(2000); });
+  ASSERT_EQ(client->finish_setup(2000), 0);
+  s.join();
+  timeval tv{0, 50000};
+  setsockopt(t.client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
+  char buf[4];
+  EXPECT_EQ(recv_some(*client, buf, sizeof buf), -EAGAIN);
+}
+
+}  // namespace
+}  // namespace rdmashim

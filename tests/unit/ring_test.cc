@@ -1,0 +1,172 @@
+// The ring protocol on the fake link: every wrap position, partial reads and
+// writes, a full ring, late placement and hostile cursors.
+#include <gtest/gtest.h>
+
+#include <cerrno>
+#include <numeric>
+#include <vector>
+
+#include "link/fake_link.h"
+#include "ring/ring_channel.h"
+
+namespace rdmashim {
+namespace {
+
+std::vector<unsigned char> pattern(size_t n, unsigned seed) {
+  std::vector<unsigned char> v(n);
+  for (size_t i = 0; i < n; ++i) v[i] = static_cast<unsigned char>((i * 31 + seed * 7 + (i >> 8)) & 0xff);
+  return v;
+}
+
+ssize_t write_bytes(RingChannel& r, const std::vector<unsigned char>& v) {
+  iovec iov{const_cast<unsigned char*>(v.data()), v.size()};
+  return r.write(&iov, 1);
+}
+
+std::vector<unsigned char> read_bytes(RingChannel& r, size_t n, bool peek = false) {
+  std::vector<unsigned char> v(n);
+  iovec iov{v.data(), n};
+  ssize_t got = r.read(&iov, 1, peek);
+  v.resize(got > 0 ? static_cast<size_t>(got) : 0);
+  return v;
+}
+
+TEST(Ring, EveryWrapPositionRoundTrips) {
+  constexpr size_t kSize = 64;
+  for (bool late : {false, true}) {
+    for (size_t start = 0; start < kSize; ++start) {
+      for (size_t len : {size_t{1}, size_t{7}, kSize / 2, kSize - 1, kSize}) {
+        FakeLinkPair pair(kSize);
+        pair.late_placement = late;
+        RingChannel tx(pair.a), rx(pair.b);
+        // Move both cursors to `start`.
+        auto filler = pattern(start, 1);
+        if (start) {
+          ASSERT_EQ(write_bytes(tx, filler), static_cast<ssize_t>(start));
+          ASSERT_EQ(read_bytes(rx, start), filler);
+        }
+        auto msg = pattern(len, static_cast<unsigned>(start + len));
+        ASSERT_EQ(write_bytes(tx, msg), static_cast<ssize_t>(len)) << "start " << start << " len " << len;
+        ASSERT_EQ(rx.readable(), static_cast<ssize_t>(len));
+        EXPECT_EQ(read_bytes(rx, len), msg) << "start " << start << " len " << len << " late " << late;
+        EXPECT_EQ(rx.readable(), 0);
+        EXPECT_EQ(tx.writable(), static_cast<ssize_t>(kSize));
+      }
+    }
+  }
+}
+
+TEST(Ring, FullRingAcceptsNothingMoreUntilCreditReturns) {
+  FakeLinkPair pair(4096);
+  RingChannel tx(pair.a), rx(pair.b);
+  auto big = pattern(5000, 3);
+  EXPECT_EQ(write_bytes(tx, big), 4096);  // partial write: only what fits
+  EXPECT_EQ(tx.writable(), 0);
+  EXPECT_EQ(write_bytes(tx, big), 0);     // full: nothing, not an error
+  auto first = read_bytes(rx, 1000);
+  EXPECT_EQ(first, std::vector<unsigned char>(big.begin(), big.begin() + 1000));
+  EXPECT_EQ(tx.writable(), 1000);
+  std::vector<unsigned char> rest(big.begin() + 4096, big.end());
+  EXPECT_EQ(write_bytes(tx, rest), 904);
+  auto all = read_bytes(rx, 8192);
+  std::vector<unsigned char> expect(big.begin() + 1000, big.end());
+  EXPECT_EQ(all, expect);
+}
+
+TEST(Ring, PartialReadsReassembleTheStream) {
+  FakeLinkPair pair(256);
+  RingChannel tx(pair.a), rx(pair.b);
+  std::vector<unsigned char> sent, got;
+  unsigned seed = 0;
+  // Writers and readers of ragged sizes, for many laps of the ring.
+  while (sent.size() < 20000) {
+    auto chunk = pattern(1 + (seed * 37) % 200, seed);
+    ++seed;
+    ssize_t n = write_bytes(tx, chunk);
+    ASSERT_GE(n, 0);
+    sent.insert(sent.end(), chunk.begin(), chunk.begin() + n);
+    auto part = read_bytes(rx, 1 + (seed * 53) % 150);
+    got.insert(got.end(), part.begin(), part.end());
+  }
+  for (auto part = read_bytes(rx, 256); !part.empty(); part = read_bytes(rx, 256)) {
+    got.insert(got.end(), part.begin(), part.end());
+  }
+  EXPECT_EQ(got, sent);
+}
+
+TEST(Ring, ScatterGatherAndSkip) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  unsigned char a[5] = {1, 2, 3, 4, 5}, b[3] = {6, 7, 8};
+  iovec in[2] = {{a, 5}, {b, 3}};
+  EXPECT_EQ(tx.write(in, 2, 2), 6);  // skips the first two bytes
+  unsigned char x[2], y[10];
+  iovec out[2] = {{x, 2}, {y, 10}};
+  EXPECT_EQ(rx.read(out, 2), 6);
+  EXPECT_EQ(x[0], 3);
+  EXPECT_EQ(x[1], 4);
+  EXPECT_EQ(y[0], 5);
+  EXPECT_EQ(y[3], 8);
+}
+
+TEST(Ring, PeekLeavesBytesAndDiscardDrops) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  auto msg = pattern(40, 9);
+  write_bytes(tx, msg);
+  EXPECT_EQ(read_bytes(rx, 10, true), std::vector<unsigned char>(msg.begin(), msg.begin() + 10));
+  EXPECT_EQ(rx.readable(), 40);
+  EXPECT_EQ(rx.discard(15), 15);
+  EXPECT_EQ(read_bytes(rx, 64), std::vector<unsigned char>(msg.begin() + 15, msg.end()));
+}
+
+TEST(Ring, EmptyRingReadsNothing) {
+  FakeLinkPair pair(64);
+  RingChannel rx(pair.b);
+  EXPECT_TRUE(read_bytes(rx, 10).empty());
+  EXPECT_EQ(rx.discard(10), 0);
+}
+
+TEST(Ring, PeerTailBeyondOneRingIsRejected) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  pair.a.bogus_tail_delta = 65;  // claims more than a ring of unread bytes
+  write_bytes(tx, pattern(1, 0));
+  EXPECT_EQ(rx.readable(), -EPROTO);
+  unsigned char buf[8];
+  iovec iov{buf, sizeof buf};
+  EXPECT_EQ(rx.read(&iov, 1), -EPROTO);
+}
+
+TEST(Ring, PeerTailGoingBackwardsIsRejected) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  write_bytes(tx, pattern(10, 0));
+  EXPECT_EQ(rx.readable(), 10);
+  pair.a.bogus_tail_delta = -5;
+  write_bytes(tx, pattern(1, 0));  // publishes 11 - 5 = 6 < 10 seen before
+  EXPECT_EQ(rx.readable(), -EPROTO);
+}
+
+TEST(Ring, PeerCreditBeyondWhatWasSentIsRejected) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  write_bytes(tx, pattern(10, 0));
+  pair.b.bogus_head_delta = 100;  // credits bytes never written
+  read_bytes(rx, 10);
+  EXPECT_EQ(tx.writable(), -EPROTO);
+  EXPECT_EQ(write_bytes(tx, pattern(1, 0)), -EPROTO);
+}
+
+TEST(Ring, PublishesOncePerWriteNotPerPiece) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  write_bytes(tx, pattern(60, 0));
+  read_bytes(rx, 60);
+  int before = pair.a.publishes;
+  write_bytes(tx, pattern(30, 1));  // wraps: two puts, one publish
+  EXPECT_EQ(pair.a.publishes, before + 1);
+}
+
+}  // namespace
+}  // namespace rdmashim
