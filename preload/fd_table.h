@@ -19,11 +19,14 @@
 
 namespace rdmashim::preload {
 
+struct EpollSet;  // hooks_readiness.cc
+
 struct Entry {
   enum class Kind : uint8_t {
     kListener,  // a listening TCP socket we advertised
     kPending,   // a client socket whose non-blocking connect is in progress
     kStream,    // a connection we may upgrade (or did)
+    kEpoll,     // an epoll instance (see hooks_readiness.cc)
   };
 
   explicit Entry(Kind k) : kind(k) {}
@@ -31,6 +34,7 @@ struct Entry {
   std::atomic<Kind> kind;
   UniqueFd advert;                   // kListener: keeps the registry entry alive
   std::unique_ptr<Connection> conn;  // kStream
+  std::shared_ptr<EpollSet> epoll;   // kEpoll
   std::mutex mu;                     // guards the change kPending -> kStream
   sockaddr_storage peer{};           // kPending: where it connects
   socklen_t peer_len = 0;
@@ -58,6 +62,12 @@ class Ref {
 };
 
 void unref(Entry* e);
+
+// Another reference to an entry the caller already holds one to.
+inline Ref share(Entry* e) {
+  e->refs.fetch_add(1, std::memory_order_relaxed);
+  return Ref(e);
+}
 
 class FdTable {
  public:

@@ -4,11 +4,13 @@
 // kernel TCP socket.
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <climits>
 #include <cstdarg>
 #include <cstring>
 #include <new>
@@ -214,6 +216,25 @@ int fcntl(int fd, int cmd, ...) {
     if (Ref e = table().get(fd)) attach(r, e.get());
   }
   return r;
+}
+
+int ioctl(int fd, unsigned long request, ...) {
+  va_list ap;
+  va_start(ap, request);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  // Queue sizes of a ring are the ring's; everything else is the socket's.
+  if (request == FIONREAD || request == SIOCOUTQ) {
+    if (Ref s = active_stream(fd)) {
+      int64_t n = request == FIONREAD ? s->conn->unread_bytes() : s->conn->unsent_bytes();
+      if (n >= 0) {
+        if (!arg) return syscall_result(-EFAULT);
+        *static_cast<int*>(arg) = static_cast<int>(n > INT32_MAX ? INT32_MAX : n);
+        return 0;
+      }
+    }
+  }
+  return real().ioctl(fd, request, arg);
 }
 
 // The descriptor is the kernel's socket: names and options are answered by

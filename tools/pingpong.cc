@@ -26,7 +26,9 @@ void usage(const char* tool, bool with_transport) {
           "       %s server [--port P] [options]  serve clients one after another\n"
           "       %s client HOST[:PORT] [options]\n"
           "options: --size BYTES (64) --iters N (100000) --warmup N --port P --json%s\n",
-          tool, tool, tool, with_transport ? "\n         --transport auto|shm|verbs|tcp" : "");
+          tool, tool, tool,
+          with_transport ? "\n         --transport auto|shm|verbs|tcp"
+                         : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)");
 }
 
 bool number(const char* text, uint64_t* out) { return rdmashim::parse_size(text, out); }
@@ -84,6 +86,12 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
       o->host = argv[++i];
     } else if (a == "--json") {
       o->json = true;
+    } else if (!with_transport && a == "--wait" && i + 1 < argc) {
+      o->wait = argv[++i];
+      if (o->wait != "block" && o->wait != "poll" && o->wait != "epoll") {
+        fprintf(stderr, "%s: --wait takes block, poll or epoll\n", tool);
+        return false;
+      }
     } else if (with_transport && a == "--transport" && i + 1 < argc) {
       o->transport = argv[++i];
       if (o->transport != "auto" && o->transport != "shm" && o->transport != "verbs" && o->transport != "tcp") {

@@ -20,6 +20,7 @@ struct PingPongOptions {
   uint64_t warmup = 0;  // default: min(iters / 10, 10000)
   bool json = false;
   std::string transport;  // rdmaPingPong only
+  std::string wait = "block";  // tcpPingPong: block | poll | epoll (non-blocking socket, event-loop style)
 };
 
 // One connected stream, as the ping-pong sees it: count, 0 at EOF, -errno.

@@ -4,6 +4,9 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -11,6 +14,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <string>
 
 #include "pingpong.h"
@@ -22,22 +26,67 @@ namespace {
 
 const char* kTool = "tcpPingPong";
 
-Channel socket_channel(int fd) {
+// How a side waits for its socket: blocking calls, or a non-blocking socket
+// and poll()/epoll_wait() before each try, as event-loop servers do.
+struct Waiter {
+  std::string mode;
+  int fd;
+  int ep = -1;
+  Waiter(const std::string& m, int f) : mode(m), fd(f) {
+    if (mode == "block") return;
+    fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+    if (mode == "epoll") {
+      ep = epoll_create1(EPOLL_CLOEXEC);
+      epoll_event ev{};
+      ev.events = EPOLLIN;
+      ev.data.u64 = 0x5eed;
+      epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev);
+    }
+  }
+  // Returns false on an error from the wait itself.
+  bool wait(short events) {
+    if (mode == "poll") {
+      pollfd p{fd, events, 0};
+      return poll(&p, 1, -1) >= 0 || errno == EINTR;
+    }
+    if (mode == "epoll") {
+      epoll_event ev{};
+      ev.events = events == POLLIN ? EPOLLIN : EPOLLOUT;
+      ev.data.u64 = 0x5eed;
+      epoll_ctl(ep, EPOLL_CTL_MOD, fd, &ev);
+      epoll_event got{};
+      int n = epoll_wait(ep, &got, 1, -1);
+      return n >= 0 || errno == EINTR;
+    }
+    return true;
+  }
+};
+
+Channel socket_channel(int fd, const std::string& mode = "block") {
+  auto w = std::make_shared<Waiter>(mode, fd);
   Channel ch;
-  ch.recv_all = [fd](void* buf, size_t len) -> ssize_t {
+  ch.recv_all = [fd, w](void* buf, size_t len) -> ssize_t {
     size_t done = 0;
     while (done < len) {
       ssize_t n = recv(fd, static_cast<char*>(buf) + done, len - done, 0);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!w->wait(POLLIN)) return -errno;
+        continue;
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n <= 0) return done > 0 ? static_cast<ssize_t>(done) : (n == 0 ? 0 : -errno);
       done += static_cast<size_t>(n);
     }
     return static_cast<ssize_t>(done);
   };
-  ch.send_all = [fd](const void* buf, size_t len) -> ssize_t {
+  ch.send_all = [fd, w](const void* buf, size_t len) -> ssize_t {
     size_t done = 0;
     while (done < len) {
       ssize_t n = send(fd, static_cast<const char*>(buf) + done, len - done, MSG_NOSIGNAL);
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        if (!w->wait(POLLOUT)) return -errno;
+        continue;
+      }
       if (n < 0 && errno == EINTR) continue;
       if (n < 0) return -errno;
       done += static_cast<size_t>(n);
@@ -87,7 +136,7 @@ int serve(int listener, const PingPongOptions& o, bool once) {
       return 1;
     }
     nodelay(fd);
-    Channel ch = socket_channel(fd);
+    Channel ch = socket_channel(fd, o.wait);
     int r = rdmashim::tools::serve_pingpong(ch, o.size);
     if (r < 0) fprintf(stderr, "%s: connection ended: %s\n", kTool, strerror(-r));
     close(fd);
@@ -145,7 +194,7 @@ int main(int argc, char** argv) {
     int fd = connect_to(o.host, o.port);
     int rc = 1;
     if (fd >= 0) {
-      Channel ch = socket_channel(fd);
+      Channel ch = socket_channel(fd, o.wait);
       rc = rdmashim::tools::run_pingpong_client(kTool, ch, o);
       close(fd);
     }
@@ -155,7 +204,7 @@ int main(int argc, char** argv) {
   }
   int fd = connect_to(o.host, o.port);
   if (fd < 0) return 1;
-  Channel ch = socket_channel(fd);
+  Channel ch = socket_channel(fd, o.wait);
   int rc = rdmashim::tools::run_pingpong_client(kTool, ch, o);
   close(fd);
   return rc;

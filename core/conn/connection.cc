@@ -426,6 +426,7 @@ int Connection::read_frame(int flags) {
     case wire::FrameType::kSwitch:
       if (!ring_) return broken("switch without a transport");
       rx_ = Rx::kRing;
+      rx_ring_.store(true, std::memory_order_release);
       return 1;
     case wire::FrameType::kPlain: {
       std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
@@ -452,6 +453,8 @@ bool Connection::poll_control() {
       // the writer to find out (see wait_ring).
       tcp_eof_ = true;
       tcp_done_.store(true, std::memory_order_relaxed);
+      peer_wr_shut_.store(true, std::memory_order_relaxed);
+      rx_end_.store(true, std::memory_order_release);
       return true;
     }
     if (r < 0) {
@@ -461,6 +464,7 @@ bool Connection::poll_control() {
         tcp_error_ = -r;
         tcp_done_.store(true, std::memory_order_relaxed);
         peer_gone_.store(true, std::memory_order_relaxed);
+        rx_end_.store(true, std::memory_order_release);
       }
       return true;
     }
@@ -470,6 +474,8 @@ bool Connection::poll_control() {
     if (h.type == static_cast<uint16_t>(wire::FrameType::kClose)) {
       memcpy(&peer_final_, rx_ctl_, sizeof peer_final_);
       peer_closed_ = true;
+      peer_wr_shut_.store(true, std::memory_order_relaxed);
+      rx_end_.store(true, std::memory_order_release);
     } else if (h.type != static_cast<uint16_t>(wire::FrameType::kPing)) {
       broken("data frame after switch");
       return true;
@@ -558,6 +564,7 @@ void Connection::advance_tx() {
   wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
   if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
   tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
+  if (tx_ == Tx::kRing) tx_ring_.store(true, std::memory_order_release);
   tx_want_ = TxWant::kNone;
 }
 
@@ -660,6 +667,7 @@ int Connection::shutdown(int how) {
   }
   if (how != SHUT_WR) {
     rx_shut_.store(true, std::memory_order_relaxed);
+    rx_end_.store(true, std::memory_order_release);
     wake_self();
   }
   int r = sys::real().shutdown(fd_, how);
@@ -751,6 +759,66 @@ void Connection::ping_if_due() {
   if (r == -EPIPE || r == -ECONNRESET) peer_gone_.store(true, std::memory_order_relaxed);
 }
 
+short Connection::poll_events(short want, short kernel) {
+  short ev = kernel & (POLLERR | POLLHUP | POLLNVAL);
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    ev |= kernel & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI | POLLRDHUP);
+  } else {
+    // After the switch the TCP side carries only our control frames: it is
+    // readable for the application only if it ended (FIN, RST, Close).
+    if ((kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && !rx_end_.load(std::memory_order_acquire)) {
+      std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+      if (rx.owns_lock()) poll_control();
+    }
+    if (ring_->readable_hint() || rx_end_.load(std::memory_order_acquire)) ev |= POLLIN | POLLRDNORM;
+    if (peer_wr_shut_.load(std::memory_order_relaxed)) ev |= POLLRDHUP;
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) {
+    ev |= kernel & (POLLOUT | POLLWRNORM | POLLWRBAND);
+  } else if (ring_->writable_hint() || peer_gone_.load(std::memory_order_relaxed) ||
+             tx_shut_.load(std::memory_order_relaxed)) {
+    ev |= POLLOUT | POLLWRNORM;  // after SHUT_WR the kernel too says writable (the write fails)
+  }
+  return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+short Connection::kernel_interest(short want) const {
+  short k = 0;
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    k |= want & (POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP);
+  } else if (!rx_end_.load(std::memory_order_acquire)) {
+    k |= POLLIN;  // control frames, FIN, RST; after the end it would stay readable forever
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) k |= want & (POLLOUT | POLLWRNORM | POLLWRBAND);
+  return k;
+}
+
+int Connection::doorbell() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  return wake_fd_;
+}
+
+// Only called while on_ring(): the transport then lives as long as we do.
+void Connection::arm() { transport_->link().prepare_sleep(); }
+void Connection::disarm() { transport_->link().finish_sleep(); }
+
+uint64_t Connection::rx_progress() const {
+  if (!rx_ring_.load(std::memory_order_acquire)) return 0;
+  return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
+}
+
+uint64_t Connection::tx_progress() const {
+  return tx_ring_.load(std::memory_order_acquire) ? ring_->link().peer_head() : 0;
+}
+
+int64_t Connection::unread_bytes() const {
+  return rx_ring_.load(std::memory_order_acquire) ? static_cast<int64_t>(ring_->unread_hint()) : -1;
+}
+
+int64_t Connection::unsent_bytes() const {
+  return tx_ring_.load(std::memory_order_acquire) ? static_cast<int64_t>(ring_->unacked_hint()) : -1;
+}
+
 int Connection::epipe(int flags) {
   if (!(flags & MSG_NOSIGNAL)) {
     // What the kernel does on a write to a closed stream.
@@ -769,6 +837,7 @@ int Connection::broken(const char* what) {
   tcp_eof_ = true;
   tcp_done_.store(true, std::memory_order_relaxed);
   peer_gone_.store(true, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
   return -ECONNRESET;
 }
 

@@ -56,6 +56,29 @@ class Connection {
   // tools, which want the first message already on the ring.
   int finish_setup(int timeout_ms);
 
+  // Readiness, for poll/select/epoll, callable from any thread. `kernel` is
+  // what the kernel reported for the TCP socket; the result is what the
+  // application should see among `want` (POLLERR/POLLHUP always included).
+  short poll_events(short want, short kernel);
+  // Some direction is on the ring: the kernel's readiness is not the truth.
+  // What to ask of the kernel for the TCP socket when waiting for `want`:
+  // directions still on TCP as asked, and on a ring only the TCP side's end.
+  short kernel_interest(short want) const;
+  bool on_ring() const {
+    return rx_ring_.load(std::memory_order_acquire) || tx_ring_.load(std::memory_order_acquire);
+  }
+  // The doorbell a waiter sleeps on (valid while on_ring()), and the calls
+  // that ask the peer to ring it.
+  int doorbell();
+  void arm();
+  void disarm();
+  // Counters that move when bytes (credit) arrive, for edge-triggered epoll.
+  uint64_t rx_progress() const;
+  uint64_t tx_progress() const;
+  // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
+  int64_t unread_bytes() const;
+  int64_t unsent_bytes() const;
+
   // Both directions are raw TCP and will stay so: hooks may skip us.
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
   int fd() const { return fd_.load(std::memory_order_relaxed); }
@@ -154,6 +177,11 @@ class Connection {
   std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail
   std::atomic<bool> rx_shut_{false};
   std::atomic<bool> tx_shut_{false};
+  // Mirrors for lock-free readiness checks.
+  std::atomic<bool> rx_ring_{false};     // rx_ == Rx::kRing
+  std::atomic<bool> tx_ring_{false};     // tx_ == Tx::kRing
+  std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
+  std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
 };
 
 }  // namespace rdmashim

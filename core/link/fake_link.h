@@ -35,14 +35,18 @@ class FakeLinkPair {
     void publish_tail(uint64_t tail) override {
       for (auto& p : pending_) memcpy(peer().rx_.data() + p.offset, p.bytes.data(), p.bytes.size());
       pending_.clear();
+      true_tail_ = tail;
       tail_ = tail + bogus_tail_delta;
       ++publishes;
       ring(peer());
     }
     uint64_t peer_head() override { return peer().head_; }
+    uint64_t own_tail() const override { return true_tail_; }
+    uint64_t own_head() const override { return true_head_; }
     const unsigned char* rx_data() const override { return rx_.data(); }
     uint64_t peer_tail() override { return peer().tail_; }
     void publish_head(uint64_t head) override {
+      true_head_ = head;
       head_ = head + bogus_head_delta;
       ring(peer());
     }
@@ -84,6 +88,7 @@ class FakeLinkPair {
     std::vector<Pending> pending_;
     uint64_t tail_ = 0;  // what this end produced into the peer
     uint64_t head_ = 0;  // what this end consumed of its rx
+    uint64_t true_tail_ = 0, true_head_ = 0;  // the same without injected faults
     bool sleeping_ = false;
     int efd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
   };

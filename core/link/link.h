@@ -35,6 +35,12 @@ class Link {
   virtual uint64_t peer_tail() = 0;
   virtual void publish_head(uint64_t head) = 0;
 
+  // What this side itself last published. Readiness checks from any thread
+  // compare them with the peer's cursors, and a process that shares the ring
+  // with another (after fork) re-reads them before each operation.
+  virtual uint64_t own_tail() const = 0;
+  virtual uint64_t own_head() const = 0;
+
   // Sleeping. wait_fd() becomes readable when the peer published anything
   // after prepare_sleep(). The caller re-checks its condition between
   // prepare_sleep() and sleeping, so no wakeup is lost.

@@ -10,6 +10,13 @@ namespace rdmashim {
 RingChannel::RingChannel(Link& link)
     : link_(link), size_(link.ring_size()), mask_(link.ring_size() - 1) {}
 
+void RingChannel::resync() {
+  tx_tail_ = link_.own_tail();
+  rx_head_ = link_.own_head();
+  tx_head_ = 0;
+  rx_tail_ = rx_head_;
+}
+
 ssize_t RingChannel::writable() {
   uint64_t head = link_.peer_head();
   // Credit only moves forward and never past what we produced.

@@ -36,6 +36,17 @@ class RingChannel {
   ssize_t readable();
   ssize_t writable();
 
+  // Lock-free answers for readiness checks from any thread: whether a read
+  // (a write) would find bytes (room) now. Never used to move data.
+  bool readable_hint() const { return link_.peer_tail() != link_.own_head(); }
+  bool writable_hint() const { return link_.own_tail() - link_.peer_head() < size_; }
+  // Bytes waiting to be read / produced but not yet consumed by the peer.
+  uint64_t unread_hint() const { return link_.peer_tail() - link_.own_head(); }
+  uint64_t unacked_hint() const { return link_.own_tail() - link_.peer_head(); }
+  // Re-reads our own positions from what we published: another process
+  // (a fork sharing this connection) may have moved them.
+  void resync();
+
   uint64_t tx_position() const { return tx_tail_; }
   uint64_t rx_position() const { return rx_head_; }
   Link& link() { return link_; }

@@ -21,6 +21,8 @@ class ShmLink final : public Link {
   const unsigned char* rx_data() const override { return rx_; }
   uint64_t peer_tail() override;
   void publish_head(uint64_t head) override;
+  uint64_t own_tail() const override { return mine_.produced.value.load(std::memory_order_relaxed); }
+  uint64_t own_head() const override { return mine_.consumed.value.load(std::memory_order_relaxed); }
   int wait_fd() const override { return segment_->doorbell(self_); }
   void prepare_sleep() override;
   void finish_sleep() override;

@@ -69,6 +69,15 @@ void resolve_all() {
   RDMASHIM_RESOLVE(fcntl);
   RDMASHIM_RESOLVE(ioctl);
   RDMASHIM_RESOLVE(poll);
+  RDMASHIM_RESOLVE(ppoll);
+  RDMASHIM_RESOLVE(select);
+  RDMASHIM_RESOLVE(pselect);
+  RDMASHIM_RESOLVE(epoll_create);
+  RDMASHIM_RESOLVE(epoll_create1);
+  RDMASHIM_RESOLVE(epoll_ctl);
+  RDMASHIM_RESOLVE(epoll_wait);
+  RDMASHIM_RESOLVE(epoll_pwait);
+  RDMASHIM_RESOLVE(epoll_pwait2);
   RDMASHIM_RESOLVE(dup);
   RDMASHIM_RESOLVE(dup2);
   RDMASHIM_RESOLVE(dup3);

@@ -9,6 +9,8 @@
 #pragma once
 
 #include <poll.h>
+#include <sys/epoll.h>
+#include <sys/select.h>
 #include <signal.h>
 #include <sys/socket.h>
 #include <sys/types.h>
@@ -42,6 +44,15 @@ struct Table {
   int (*fcntl)(int, int, ...);
   int (*ioctl)(int, unsigned long, ...);
   int (*poll)(pollfd*, nfds_t, int);
+  int (*ppoll)(pollfd*, nfds_t, const timespec*, const sigset_t*);
+  int (*select)(int, fd_set*, fd_set*, fd_set*, timeval*);
+  int (*pselect)(int, fd_set*, fd_set*, fd_set*, const timespec*, const sigset_t*);
+  int (*epoll_create)(int);
+  int (*epoll_create1)(int);
+  int (*epoll_ctl)(int, int, int, epoll_event*);
+  int (*epoll_wait)(int, epoll_event*, int, int);
+  int (*epoll_pwait)(int, epoll_event*, int, int, const sigset_t*);
+  int (*epoll_pwait2)(int, epoll_event*, int, const timespec*, const sigset_t*);
   int (*dup)(int);
   int (*dup2)(int, int);
   int (*dup3)(int, int, int);
