@@ -82,6 +82,29 @@ class FdTable {
   Entry* take(int fd);
   // In a child after fork(): no other thread exists, so no lock can be held.
   void reset_locks_after_fork();
+  // Calls f(fd) for each descriptor that has an entry now (it may be gone
+  // by the time f looks it up: f must use get()).
+  template <typename F>
+  void for_each_fd(F f) {
+    for (int leaf = 0; leaf < kLeaves; ++leaf) {
+      Slot* l = leaves_[leaf].load(std::memory_order_acquire);
+      if (!l) continue;
+      for (int i = 0; i < kLeafSize; ++i)
+        if (l[i].load(std::memory_order_relaxed)) f(leaf * kLeafSize + i);
+    }
+  }
+  // Calls f(Entry*) once per tracked entry. Only where no other thread runs.
+  template <typename F>
+  void for_each_unlocked(F f) {
+    for (auto& leaf : leaves_) {
+      Slot* l = leaf.load(std::memory_order_relaxed);
+      if (!l) continue;
+      for (int i = 0; i < kLeafSize; ++i) {
+        uintptr_t v = l[i].load(std::memory_order_relaxed) & ~uintptr_t{1};
+        if (v) f(reinterpret_cast<Entry*>(v));
+      }
+    }
+  }
 
  private:
   static constexpr int kLeafBits = 10;

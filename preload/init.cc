@@ -3,7 +3,9 @@
 #include <pthread.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <atomic>
+#include <vector>
 
 #include "preload.h"
 #include "util/config.h"
@@ -14,15 +16,33 @@ namespace {
 
 std::atomic<bool> g_ready{false};
 
+void before_fork() {
+  // Runs in the parent with its other threads still running: only entries
+  // that stay alive while we look (the table holds a reference) are touched.
+  table().for_each_fd([](int fd) {
+    Ref e = table().get(fd);
+    if (e && e->conn) e->conn->settle_before_fork();
+  });
+}
+
 void on_fork_child() {
   note_fork_child();
   table().reset_locks_after_fork();
+  // Connections already on a shared-memory ring are now used by two
+  // processes (duplicated descriptors share one entry: count each once).
+  std::vector<Entry*> seen;
+  table().for_each_unlocked([&](Entry* e) {
+    if (e->conn && std::find(seen.begin(), seen.end(), e) == seen.end()) {
+      seen.push_back(e);
+      e->conn->on_fork_child();
+    }
+  });
 }
 
 void initialize() {
   sys::init(sys::Source::kNextObject);
   (void)config();
-  pthread_atfork(nullptr, nullptr, on_fork_child);
+  pthread_atfork(before_fork, nullptr, on_fork_child);
 }
 
 pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -84,7 +84,57 @@ Connection::Connection(int fd, Role role)
       tx_(role == Role::kClient ? Tx::kFramed : Tx::kUndecided),
       created_ns_(now_ns()) {}
 
-Connection::~Connection() = default;
+Connection::~Connection() {
+  if (transport_) transport_->remove_user();
+}
+
+void Connection::settle_before_fork() {
+  if (!io_started_.load(std::memory_order_relaxed) || !in_setup_.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+  if (!tx.owns_lock()) return;
+  rx.unlock();
+  tx.unlock();
+  finish_setup(static_cast<int>(config().setup_timeout_ms));
+}
+
+void Connection::follow_sibling_switch_rx() {
+  if (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0 && ring_ && transport_->switched(Transport::Dir::kRx)) {
+    rx_ = Rx::kRing;
+    rx_ring_.store(true, std::memory_order_release);
+  }
+}
+
+void Connection::follow_sibling_switch_tx() {
+  if (tx_ == Tx::kFramed && tx_frame_left_ == 0 && tx_hdr_left_ == 0 && ring_ &&
+      transport_->switched(Transport::Dir::kTx)) {
+    tx_ = Tx::kRing;
+    tx_want_ = TxWant::kNone;
+    tx_ring_.store(true, std::memory_order_release);
+  }
+}
+
+void Connection::on_fork_child() {
+  if (transport_) transport_->add_user();
+}
+
+Connection::SideLock::SideLock(Connection& c, Transport::Dir d) : c_(c), d_(d) { reacquire(); }
+Connection::SideLock::~SideLock() { release(); }
+
+void Connection::SideLock::release() {
+  if (held_) c_.transport_->unlock(d_);
+  held_ = false;
+}
+
+void Connection::SideLock::reacquire() {
+  if (!c_.transport_->shared()) return;
+  c_.transport_->lock(d_);
+  held_ = true;
+  if (d_ == Transport::Dir::kRx) c_.ring_->resync_rx();
+  else c_.ring_->resync_tx();
+}
+
 
 Connection* Connection::make_client(int fd) {
   if (!upgrades_allowed()) {
@@ -339,7 +389,9 @@ int Connection::finish_setup(int timeout_ms) {
 // Receiving
 
 ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
+  io_started_.store(true, std::memory_order_relaxed);
   std::lock_guard<std::mutex> lock(rx_mu_);
+  follow_sibling_switch_rx();
   if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
   if (flags & MSG_OOB) return -EINVAL;  // no urgent data on a framed or ring stream
   size_t want = iov_total(iov, iovcnt);
@@ -379,6 +431,8 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
           if (got > 0 && !(flags & MSG_PEEK)) rx_frame_left_ -= static_cast<uint32_t>(got);
           return got;
         }
+        follow_sibling_switch_rx();
+        if (rx_ == Rx::kRing) continue;
         r = read_frame(flags);
         if (r == 0) return 0;  // EOF at a frame boundary
         if (r > 0) r = 0;
@@ -425,6 +479,7 @@ int Connection::read_frame(int flags) {
       return 1;
     case wire::FrameType::kSwitch:
       if (!ring_) return broken("switch without a transport");
+      transport_->mark_switched(Transport::Dir::kRx);
       rx_ = Rx::kRing;
       rx_ring_.store(true, std::memory_order_release);
       return 1;
@@ -486,6 +541,7 @@ bool Connection::poll_control() {
 
 ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
   int64_t dl = kDeadlineUnknown;
+  SideLock side(*this, Transport::Dir::kRx);
   for (;;) {
     ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
@@ -505,7 +561,9 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
       return -EAGAIN;
     }
     if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
+    side.release();
     int w = wait_ring(false, dl);
+    side.reacquire();
     if (w < 0) return w;
   }
 }
@@ -517,9 +575,11 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
   // During the handshake a send may settle what the receive side is waiting
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.
+  io_started_.store(true, std::memory_order_relaxed);
   std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
   if (in_setup_.load(std::memory_order_relaxed)) (void)rx.try_lock();
   std::lock_guard<std::mutex> tx(tx_mu_);
+  follow_sibling_switch_tx();
   if (rx.owns_lock()) {
     tx_held_ = true;
     if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
@@ -564,7 +624,10 @@ void Connection::advance_tx() {
   wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
   if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
   tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
-  if (tx_ == Tx::kRing) tx_ring_.store(true, std::memory_order_release);
+  if (tx_ == Tx::kRing) {
+    transport_->mark_switched(Transport::Dir::kTx);
+    tx_ring_.store(true, std::memory_order_release);
+  }
   tx_want_ = TxWant::kNone;
 }
 
@@ -635,6 +698,7 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
   size_t total = iov_total(iov, iovcnt);
   size_t done = 0;
   int64_t dl = kDeadlineUnknown;
+  SideLock side(*this, Transport::Dir::kTx);
   for (;;) {
     if (tx_shut_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
     ssize_t r = ring_->write(iov, iovcnt, done);
@@ -645,7 +709,9 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
     if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
     if (dl == kDeadlineUnknown) dl = deadline(SO_SNDTIMEO);
+    side.release();
     int w = wait_ring(true, dl);
+    side.reacquire();
     if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : w;
   }
 }

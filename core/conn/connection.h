@@ -79,6 +79,13 @@ class Connection {
   int64_t unread_bytes() const;
   int64_t unsent_bytes() const;
 
+  // Before fork(): a connection this process already used and whose
+  // handshake is still under way finishes it (bounded, never blocking on a
+  // lock), so parent and child inherit a settled connection.
+  void settle_before_fork();
+  // In a child after fork(): one more process now uses this connection.
+  void on_fork_child();
+
   // Both directions are raw TCP and will stay so: hooks may skip us.
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
   int fd() const { return fd_.load(std::memory_order_relaxed); }
@@ -98,6 +105,21 @@ class Connection {
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
 
   Connection(int fd, Role role);
+
+  // Holds a direction's cross-process lock while another process (a fork)
+  // shares the connection, and re-reads the cursors it may have moved.
+  class SideLock {
+   public:
+    SideLock(Connection& c, Transport::Dir d);
+    ~SideLock();
+    void release();
+    void reacquire();
+
+   private:
+    Connection& c_;
+    Transport::Dir d_;
+    bool held_ = false;
+  };
 
   // Receive side; rx_mu_ held. Handlers that also change the send side take
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.
@@ -141,10 +163,13 @@ class Connection {
   Tx tx_;
   TxWant tx_want_ = TxWant::kNone;
   bool tx_held_ = false;  // the thread holding rx_mu_ holds tx_mu_ as well
+  std::atomic<bool> io_started_{false};
   std::atomic<bool> in_setup_{true};
   std::atomic<bool> passthrough_{false};
   stats::Outcome outcome_ = stats::Outcome::kTcpNotAdvertised;
   bool settled_ = false;
+  void follow_sibling_switch_rx();  // rx_mu_ held
+  void follow_sibling_switch_tx();  // tx_mu_ held
   const uint64_t created_ns_;
 
   // Handshake material.

@@ -16,6 +16,19 @@ class Transport {
   virtual void mark_attached() = 0;
   // The peer is ready to read the ring we write; we may switch.
   virtual bool peer_attached() const = 0;
+
+  // Sharing one side between processes (after fork). shared() is true while
+  // more than one process uses it; operations then hold the direction's
+  // cross-process lock and re-read the cursors from the transport.
+  enum class Dir { kRx, kTx };
+  virtual void add_user() {}
+  virtual void remove_user() {}
+  virtual bool shared() const { return false; }
+  virtual void lock(Dir) {}
+  virtual void unlock(Dir) {}
+  // A direction passed its Switch (in this process or a sibling).
+  virtual void mark_switched(Dir) {}
+  virtual bool switched(Dir) const { return false; }
 };
 
 }  // namespace rdmashim

@@ -10,11 +10,14 @@ namespace rdmashim {
 RingChannel::RingChannel(Link& link)
     : link_(link), size_(link.ring_size()), mask_(link.ring_size() - 1) {}
 
-void RingChannel::resync() {
-  tx_tail_ = link_.own_tail();
+void RingChannel::resync_rx() {
   rx_head_ = link_.own_head();
-  tx_head_ = 0;
   rx_tail_ = rx_head_;
+}
+
+void RingChannel::resync_tx() {
+  tx_tail_ = link_.own_tail();
+  tx_head_ = 0;  // refreshed (and checked) from the peer by the next writable()
 }
 
 ssize_t RingChannel::writable() {

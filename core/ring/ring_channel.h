@@ -45,7 +45,8 @@ class RingChannel {
   uint64_t unacked_hint() const { return link_.own_tail() - link_.peer_head(); }
   // Re-reads our own positions from what we published: another process
   // (a fork sharing this connection) may have moved them.
-  void resync();
+  void resync_rx();
+  void resync_tx();
 
   uint64_t tx_position() const { return tx_tail_; }
   uint64_t rx_position() const { return rx_head_; }

@@ -31,6 +31,15 @@ struct alignas(64) SideState {
   Cursor consumed;                    // bytes consumed from this side's rx ring
   alignas(64) std::atomic<uint32_t> sleepers{0};  // threads of this side about to sleep on its doorbell
   std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
+  // After fork, several processes may use this side: they serialize each
+  // direction through these locks (a holder's pid, 0 when free).
+  std::atomic<uint32_t> users{1};
+  std::atomic<int32_t> rx_owner{0};
+  std::atomic<int32_t> tx_owner{0};
+  // Which of this side's directions passed their Switch, in whichever process
+  // did it: its siblings follow without seeing the frame themselves.
+  std::atomic<uint32_t> rx_switched{0};
+  std::atomic<uint32_t> tx_switched{0};
 };
 
 struct SegmentHeader {
@@ -45,6 +54,7 @@ constexpr uint32_t kSegmentVersion = 1;
 constexpr size_t kHeaderBytes = 4096;
 
 static_assert(sizeof(SideState) == 192);
+static_assert(offsetof(SideState, users) == 136);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");

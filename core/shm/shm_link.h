@@ -30,6 +30,7 @@ class ShmLink final : public Link {
   Segment& segment() { return *segment_; }
   void mark_attached();
   bool peer_attached() const;
+  SideState& mine() { return mine_; }
 
  private:
   void wake_peer();

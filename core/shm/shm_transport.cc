@@ -1,9 +1,34 @@
 #include "shm/shm_transport.h"
 
+#include <sched.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <new>
 
 namespace rdmashim::shm {
+
+// A lock between processes in shared memory. A holder that died (killed
+// while holding it) is detected by its pid and the lock taken over, so a
+// crashed sibling cannot wedge the survivor.
+void ShmTransport::lock(Dir d) {
+  std::atomic<int32_t>& owner = d == Dir::kRx ? link_.mine().rx_owner : link_.mine().tx_owner;
+  const int32_t self = static_cast<int32_t>(getpid());
+  for (uint32_t i = 1;; ++i) {
+    int32_t expected = 0;
+    if (owner.compare_exchange_weak(expected, self, std::memory_order_acquire)) return;
+    if ((i & 63) == 0) sched_yield();
+    if ((i & 65535) == 0 && expected != 0 && kill(expected, 0) != 0 && errno == ESRCH) {
+      owner.compare_exchange_strong(expected, 0, std::memory_order_acq_rel);
+    }
+  }
+}
+
+void ShmTransport::unlock(Dir d) {
+  std::atomic<int32_t>& owner = d == Dir::kRx ? link_.mine().rx_owner : link_.mine().tx_owner;
+  owner.store(0, std::memory_order_release);
+}
 
 std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
                                                   const unsigned char (&token)[kTokenBytes], int* err) {

@@ -25,6 +25,20 @@ class ShmTransport final : public Transport {
   Link& link() override { return link_; }
   void mark_attached() override { link_.mark_attached(); }
   bool peer_attached() const override { return link_.peer_attached(); }
+  void add_user() override { link_.mine().users.fetch_add(1, std::memory_order_acq_rel); }
+  void remove_user() override { link_.mine().users.fetch_sub(1, std::memory_order_acq_rel); }
+  bool shared() const override {
+    return const_cast<ShmLink&>(link_).mine().users.load(std::memory_order_acquire) > 1;
+  }
+  void mark_switched(Dir d) override {
+    (d == Dir::kRx ? link_.mine().rx_switched : link_.mine().tx_switched).store(1, std::memory_order_release);
+  }
+  bool switched(Dir d) const override {
+    SideState& s = const_cast<ShmLink&>(link_).mine();
+    return (d == Dir::kRx ? s.rx_switched : s.tx_switched).load(std::memory_order_acquire) != 0;
+  }
+  void lock(Dir d) override;
+  void unlock(Dir d) override;
 
  private:
   ShmTransport(std::unique_ptr<Segment> segment, Side self) : link_(std::move(segment), self) {}
