@@ -32,6 +32,7 @@
 #include "preload.h"
 #include "util/config.h"
 #include "util/misc.h"
+#include "util/spin.h"
 
 namespace rdmashim::preload {
 
@@ -98,7 +99,9 @@ Ref ring_stream(int fd) {
 // here saves the doorbell and two context switches.
 template <typename Ready, typename Kernel>
 bool spin_for(int64_t dl, Ready ready, Kernel kernel) {
-  uint64_t end = now_ns() + uint64_t{config().spin_us} * 1000;
+  uint32_t budget = spin_budget_us();
+  if (budget == 0) return ready();
+  uint64_t end = now_ns() + uint64_t{budget} * 1000;
   if (dl != kForever && static_cast<uint64_t>(dl) < end) end = static_cast<uint64_t>(dl);
   for (uint32_t i = 1;; ++i) {
     if (ready()) return true;

@@ -22,6 +22,7 @@
 #include "util/misc.h"
 #include "util/process.h"
 #include "util/signals.h"
+#include "util/spin.h"
 
 namespace rdmashim {
 namespace {
@@ -773,7 +774,7 @@ int64_t Connection::deadline(int optname) const {
 // the kernel would not have restarted.
 int Connection::wait_ring(bool for_write, int64_t dl) {
   auto ready = [&] { return for_write ? ring_->writable() != 0 : ring_->readable() != 0; };
-  uint64_t spin_end = now_ns() + uint64_t{config().spin_us} * 1000;
+  uint64_t spin_end = now_ns() + uint64_t{spin_budget_us()} * 1000;
   for (uint32_t i = 1;; ++i) {
     if (ready()) return 0;
     if ((i & 63) == 0) {
