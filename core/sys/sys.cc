@@ -82,6 +82,11 @@ void resolve_all() {
   RDMASHIM_RESOLVE(dup2);
   RDMASHIM_RESOLVE(dup3);
   RDMASHIM_RESOLVE(fork);
+  RDMASHIM_RESOLVE(recvmmsg);
+  RDMASHIM_RESOLVE(sendmmsg);
+  RDMASHIM_RESOLVE(sendfile);
+  RDMASHIM_RESOLVE(splice);
+  RDMASHIM_RESOLVE(pread);
 #undef RDMASHIM_RESOLVE
 }
 

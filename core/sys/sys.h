@@ -57,6 +57,11 @@ struct Table {
   int (*dup2)(int, int);
   int (*dup3)(int, int, int);
   pid_t (*fork)();
+  int (*recvmmsg)(int, mmsghdr*, unsigned int, int, timespec*);
+  int (*sendmmsg)(int, mmsghdr*, unsigned int, int);
+  ssize_t (*sendfile)(int, int, off_t*, size_t);
+  ssize_t (*splice)(int, loff_t*, int, loff_t*, size_t, unsigned int);
+  ssize_t (*pread)(int, void*, size_t, off_t);
 };
 
 enum class Source {
