@@ -7,6 +7,7 @@
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -105,6 +106,25 @@ int track_accepted(int listener, int fd) {
 }
 
 }  // namespace
+
+void adopt_server_socket(const std::vector<int>& names) {
+  if (names.empty()) return;
+  struct stat first{};
+  if (fstat(names[0], &first) != 0 || !is_tcp_socket(names[0])) return;
+  for (int fd : names) {
+    struct stat st{};
+    // A name that is no longer the same socket, or already known: leave all alone.
+    if (table().get(fd) || fstat(fd, &st) != 0 || st.st_ino != first.st_ino || st.st_dev != first.st_dev) return;
+  }
+  Connection* conn = Connection::make_server(names[0]);
+  auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
+  if (!e) {
+    delete conn;
+    return;
+  }
+  e->conn.reset(conn);
+  for (int fd : names) attach(fd, e);
+}
 
 void track_client(int fd, const sockaddr* peer, socklen_t len) {
   if (!discovery::peer_advertised(peer, len)) {

@@ -50,6 +50,7 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 __attribute__((constructor)) void on_load() {
   pthread_once(&g_once, initialize);
   g_ready.store(true, std::memory_order_release);
+  adopt_inherited();  // needs the real calls, so after initialize()
 }
 
 // A pending non-blocking connect that has completed becomes a client stream

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <vector>
 
 #include "fd_table.h"
 #include "sys/sys.h"
@@ -31,5 +32,10 @@ Ref active_stream(int fd);
 // Starts tracking a connected client socket (sends the Hello if its peer
 // advertised rdmashim on this host). `peer` is where it connected.
 void track_client(int fd, const sockaddr* peer, socklen_t len);
+
+// Starts tracking an accepted socket handed over across exec (hooks_process.cc).
+// All names must be one socket (checked); the first becomes the connection's.
+void adopt_server_socket(const std::vector<int>& names);
+void adopt_inherited();
 
 }  // namespace rdmashim::preload

@@ -83,6 +83,12 @@ class Connection {
   // handshake is still under way finishes it (bounded, never blocking on a
   // lock), so parent and child inherit a settled connection.
   void settle_before_fork();
+  // Across exec the new image starts with an empty table. A connection that
+  // is still exactly as accept() left it (no byte read or written) can be
+  // adopted there again; anything further along cannot follow (yet).
+  bool untouched_server() const {
+    return role_ == Role::kServer && !io_started_.load(std::memory_order_relaxed) && !passthrough();
+  }
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 
