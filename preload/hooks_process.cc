@@ -4,7 +4,11 @@
 //   RDMASHIM_INHERIT=<fd>[+<fd>...],...  accepted sockets no byte of which was
 //                                    read or written yet (the inetd/sshd
 //                                    pattern: accept, fork, dup2, exec);
-//                                    '+' joins the names of one socket
+//                                    '+' joins the names of one socket;
+//   <names>=<state>                  a connection on a shared-memory ring:
+//                                    its modes and transport descriptors
+//                                    (kept open across exec), see
+//                                    Connection::describe_for_exec()
 // The new image adopts them as fresh server-side connections, so a client's
 // Hello is answered there instead of reaching the program as data.
 // Connections further along cannot follow exec yet; a warning names them.
@@ -51,16 +55,26 @@ std::string inherit_entry() {
     if (!e || !e->conn) return;
     int fdflags = real().fcntl(fd, F_GETFD);
     if (fdflags < 0 || (fdflags & FD_CLOEXEC)) return;
-    if (e->conn->untouched_server()) {
-      auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == e.get(); });
-      if (g == groups.end()) groups.emplace_back(e.get(), std::to_string(fd));
-      else g->second += "+" + std::to_string(fd);
-    } else if (!e->conn->passthrough()) {
-      log::warn("fd %d survives exec mid-upgrade or on a ring; the new program cannot use it correctly", fd);
+    if (e->conn->passthrough()) return;
+    auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == e.get(); });
+    if (g == groups.end()) {
+      groups.emplace_back(e.get(), std::to_string(fd));
+    } else {
+      g->second += "+" + std::to_string(fd);
     }
   });
   std::string list;
-  for (auto& [entry, fds] : groups) list += (list.empty() ? "" : ",") + fds;
+  for (auto& [entry, fds] : groups) {
+    std::string state;
+    if (!entry->conn->untouched_server()) {
+      state = entry->conn->describe_for_exec();
+      if (state.empty()) {
+        log::warn("fd %s survives exec in the middle of its upgrade; the new program cannot use it", fds.c_str());
+        continue;
+      }
+    }
+    list += (list.empty() ? "" : ",") + fds + (state.empty() ? "" : "=" + state);
+  }
   return list.empty() ? std::string() : std::string(kInherit) + "=" + list;
 }
 
@@ -105,7 +119,13 @@ void adopt_inherited() {
       if (*p != '+') break;
       ++p;
     }
-    adopt_server_socket(names);
+    std::string state;
+    if (*p == '=') {
+      const char* end = strchr(p, ',');
+      state.assign(p + 1, end ? static_cast<size_t>(end - p - 1) : strlen(p + 1));
+      p += 1 + state.size();
+    }
+    adopt_socket(names, state);
     if (*p == ',') ++p;
   }
   unsetenv(kInherit);

@@ -107,7 +107,7 @@ int track_accepted(int listener, int fd) {
 
 }  // namespace
 
-void adopt_server_socket(const std::vector<int>& names) {
+void adopt_socket(const std::vector<int>& names, const std::string& state) {
   if (names.empty()) return;
   struct stat first{};
   if (fstat(names[0], &first) != 0 || !is_tcp_socket(names[0])) return;
@@ -116,7 +116,8 @@ void adopt_server_socket(const std::vector<int>& names) {
     // A name that is no longer the same socket, or already known: leave all alone.
     if (table().get(fd) || fstat(fd, &st) != 0 || st.st_ino != first.st_ino || st.st_dev != first.st_dev) return;
   }
-  Connection* conn = Connection::make_server(names[0]);
+  Connection* conn = state.empty() ? Connection::make_server(names[0])
+                                   : Connection::adopt_described(names[0], state.c_str());
   auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
   if (!e) {
     delete conn;

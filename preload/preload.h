@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cerrno>
+#include <string>
 #include <vector>
 
 #include "fd_table.h"
@@ -35,7 +36,9 @@ void track_client(int fd, const sockaddr* peer, socklen_t len);
 
 // Starts tracking an accepted socket handed over across exec (hooks_process.cc).
 // All names must be one socket (checked); the first becomes the connection's.
-void adopt_server_socket(const std::vector<int>& names);
+// With a state from Connection::describe_for_exec() the connection continues
+// on its ring; without, it starts as a fresh accepted socket.
+void adopt_socket(const std::vector<int>& names, const std::string& state);
 void adopt_inherited();
 
 }  // namespace rdmashim::preload

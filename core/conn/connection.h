@@ -24,6 +24,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <string>
 
 #include "conn/transport.h"
 #include "ring/ring_channel.h"
@@ -83,12 +84,19 @@ class Connection {
   // handshake is still under way finishes it (bounded, never blocking on a
   // lock), so parent and child inherit a settled connection.
   void settle_before_fork();
+  void settle_handshake() { settle_before_fork(); }
   // Across exec the new image starts with an empty table. A connection that
   // is still exactly as accept() left it (no byte read or written) can be
   // adopted there again; anything further along cannot follow (yet).
   bool untouched_server() const {
     return role_ == Role::kServer && !io_started_.load(std::memory_order_relaxed) && !passthrough();
   }
+  // Describes a connection on (or switching to) a ring for the next program
+  // image, keeping its transport's descriptors open; "" if it cannot follow
+  // exec as it is. The text is parsed by adopt_described() in the new image.
+  std::string describe_for_exec();
+  static Connection* adopt_described(int fd, const char* text);
+
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 

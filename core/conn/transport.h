@@ -3,6 +3,8 @@
 // answers a Hello, attached to by the client when it reads the Ack.
 #pragma once
 
+#include <string>
+
 #include "link/link.h"
 
 namespace rdmashim {
@@ -29,6 +31,9 @@ class Transport {
   // A direction passed its Switch (in this process or a sibling).
   virtual void mark_switched(Dir) {}
   virtual bool switched(Dir) const { return false; }
+  // Keeps the transport's descriptors open across exec and describes them
+  // for the next image; "" if this transport cannot follow exec.
+  virtual std::string describe_for_exec() { return ""; }
 };
 
 }  // namespace rdmashim

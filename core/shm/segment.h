@@ -82,8 +82,6 @@ class Segment {
   size_t ring_size() const { return ring_size_; }
   int memfd() const { return memfd_.get(); }
   int doorbell(Side s) const { return doorbell_[s].get(); }
-  // Drops the memfd once it was handed over; the mapping stays.
-  void close_memfd() { memfd_.reset(); }
 
  private:
   Segment() = default;

@@ -4,10 +4,45 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <fcntl.h>
+
 #include <cerrno>
+#include <cstdio>
+
+#include "sys/sys.h"
 #include <new>
 
 namespace rdmashim::shm {
+
+std::string ShmTransport::describe_for_exec() {
+  Segment& s = link_.segment();
+  const int fds[3] = {s.memfd(), s.doorbell(kClient), s.doorbell(kServer)};
+  for (int fd : fds) {
+    int fl = sys::real().fcntl(fd, F_GETFD);
+    if (fl < 0 || sys::real().fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC) != 0) return "";
+  }
+  char buf[96];
+  snprintf(buf, sizeof buf, "shm/%d/%d/%d/%d/%zu", self_ == kClient ? 0 : 1, fds[0], fds[1], fds[2],
+           s.ring_size());
+  return buf;
+}
+
+std::unique_ptr<ShmTransport> ShmTransport::adopt(const char* text, int* err) {
+  int side = -1, memfd = -1, dc = -1, ds = -1;
+  size_t ring = 0;
+  if (sscanf(text, "shm/%d/%d/%d/%d/%zu", &side, &memfd, &dc, &ds, &ring) != 5 || (side != 0 && side != 1) ||
+      ring < 4096 || (ring & (ring - 1)) != 0) {
+    *err = -EINVAL;
+    return nullptr;
+  }
+  // Ours again: close them if this image execs without handing them on.
+  for (int fd : {memfd, dc, ds}) sys::real().fcntl(fd, F_SETFD, FD_CLOEXEC);
+  std::unique_ptr<Segment> segment(Segment::attach(UniqueFd(memfd), UniqueFd(dc), UniqueFd(ds), ring, err));
+  if (!segment) return nullptr;
+  std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), side == 0 ? kClient : kServer));
+  if (!t) *err = -ENOMEM;
+  return t;
+}
 
 // A lock between processes in shared memory. A holder that died (killed
 // while holding it) is detected by its pid and the lock taken over, so a
@@ -37,7 +72,6 @@ std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, const unsign
   const int fds[kHandoffFds] = {segment->memfd(), segment->doorbell(kClient), segment->doorbell(kServer)};
   *err = send_descriptors(rendezvous, token, fds);
   if (*err != 0) return nullptr;
-  segment->close_memfd();  // the mapping and the client's copy keep it alive
   std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), kServer));
   if (!t) *err = -ENOMEM;
   return t;
@@ -51,7 +85,6 @@ std::unique_ptr<ShmTransport> ShmTransport::accept(int listener, const unsigned 
   std::unique_ptr<Segment> segment(
       Segment::attach(std::move(fds[0]), std::move(fds[1]), std::move(fds[2]), ring_size, err));
   if (!segment) return nullptr;
-  segment->close_memfd();
   std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), kClient));
   if (!t) *err = -ENOMEM;
   return t;

@@ -21,7 +21,11 @@ class ShmTransport final : public Transport {
   static std::unique_ptr<ShmTransport> accept(int listener, const unsigned char (&token)[kTokenBytes],
                                               size_t ring_size, int* err);
 
+  // A transport inherited across exec, from describe_for_exec()'s text.
+  static std::unique_ptr<ShmTransport> adopt(const char* text, int* err);
+
   const char* name() const override { return "shm"; }
+  std::string describe_for_exec() override;
   Link& link() override { return link_; }
   void mark_attached() override { link_.mark_attached(); }
   bool peer_attached() const override { return link_.peer_attached(); }
@@ -41,7 +45,8 @@ class ShmTransport final : public Transport {
   void unlock(Dir d) override;
 
  private:
-  ShmTransport(std::unique_ptr<Segment> segment, Side self) : link_(std::move(segment), self) {}
+  ShmTransport(std::unique_ptr<Segment> segment, Side self) : self_(self), link_(std::move(segment), self) {}
+  Side self_;
   ShmLink link_;
 };
 

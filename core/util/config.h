@@ -14,7 +14,7 @@ struct Config {
   TransportChoice transport = TransportChoice::kAuto;  // RDMASHIM_TRANSPORT
   uint32_t setup_timeout_ms = 2000;                    // RDMASHIM_SETUP_TIMEOUT_MS
   uint32_t spin_us = 50;                               // RDMASHIM_SPIN_US
-  size_t ring_size = 256 * 1024;                       // RDMASHIM_RING_SIZE (power of two)
+  size_t ring_size = 1024 * 1024;                      // RDMASHIM_RING_SIZE (power of two)
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   bool disabled = false;                               // RDMASHIM_DISABLE=1
