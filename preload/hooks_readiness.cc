@@ -314,12 +314,21 @@ int keep_user_events(const EpollSet& set, epoll_event* ev, int n) {
 }
 
 // Appends ready registrations after `have` events; returns the new count.
-int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
+int scan_virtual(EpollSet& set, int epfd, epoll_event* ev, int have, int max) {
   std::lock_guard<std::mutex> lock(set.mu);
-  // Registrations whose descriptors were all closed are gone for the kernel too.
-  std::erase_if(set.regs, [](auto& r) {
-    std::lock_guard<std::mutex> l(r->entry->mu);
-    return r->entry->alias_count == 0;
+  std::erase_if(set.regs, [&](auto& r) {
+    {
+      // Registrations whose descriptors were all closed are gone for the kernel too.
+      std::lock_guard<std::mutex> l(r->entry->mu);
+      if (r->entry->alias_count == 0) return true;
+    }
+    // A connection that settled on plain TCP goes back to the kernel with the
+    // application's own mask and data: nothing of ours left in its path.
+    if (r->entry->conn->passthrough() && !r->disabled) {
+      epoll_event k{r->events, r->data};
+      return real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0;
+    }
+    return false;
   });
   size_t n = set.regs.size();
   if (n == 0 || have >= max) return have;
@@ -367,7 +376,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
   for (;;) {
     int n = real().epoll_pwait(epfd, ev, max, 0, nullptr);
     if (n < 0) return -1;
-    int have = scan_virtual(set, ev, keep_user_events(set, ev, n), max);
+    int have = scan_virtual(set, epfd, ev, keep_user_events(set, ev, n), max);
     if (have > 0 || expired(dl)) return have;
 
     // Spin on the rings (and now and then on the kernel's list) first.
@@ -406,7 +415,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
     }
-    have = scan_virtual(set, ev, keep_user_events(set, ev, n), max);
+    have = scan_virtual(set, epfd, ev, keep_user_events(set, ev, n), max);
     if (have > 0) return have;
   }
 }
