@@ -10,6 +10,7 @@
 #include "preload.h"
 #include "util/config.h"
 #include "util/process.h"
+#include "util/stats.h"
 
 namespace rdmashim::preload {
 namespace {
@@ -28,6 +29,7 @@ void before_fork() {
 void on_fork_child() {
   note_fork_child();
   table().reset_locks_after_fork();
+  stats::after_fork_child();
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

@@ -1,5 +1,7 @@
-// Per-process counters of how connections ended up, read by `rdmashim stat`
-// (through the stats file) and by tests (through the info log lines).
+// Per-process counters of how connections ended up. They live in a small
+// memfd page ("rdmashim-stats"), created at the first connection, so that
+// `rdmashim stat` can read every process's counters through /proc/PID/fd
+// without any file, socket or thread: the page dies with the process.
 #pragma once
 
 #include <atomic>
@@ -20,8 +22,26 @@ enum class Outcome : int {
   kCount
 };
 
+// The page's layout, read by `rdmashim stat` (checked there by magic+version).
+//  0  magic     u64 kPageMagic
+//  8  version   u32 kPageVersion
+// 12  pid       i32
+// 16  counts    u64[kCount] connections per Outcome, in enum order
+struct Page {
+  uint64_t magic;
+  uint32_t version;
+  int32_t pid;
+  std::atomic<uint64_t> counts[static_cast<int>(Outcome::kCount)];
+};
+constexpr uint64_t kPageMagic = 0x7374617473686d72ull;  // "rmhstats"
+constexpr uint32_t kPageVersion = 1;
+constexpr const char kMemfdName[] = "rdmashim-stats";
+static_assert(sizeof(Page) == 16 + 8 * static_cast<int>(Outcome::kCount));
+
 const char* name(Outcome o);
 void count(Outcome o);
 uint64_t get(Outcome o);
+// In a child after fork(): the inherited page is the parent's; start anew.
+void after_fork_child();
 
 }  // namespace rdmashim::stats
