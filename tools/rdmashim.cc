@@ -1,6 +1,7 @@
 // rdmashim: the command-line front door.
 //   rdmashim run [--transport T] [--log L] -- CMD [ARGS...]
 //   rdmashim stat [--json]
+//   rdmashim doctor [--json] [--timeout S]
 //   rdmashim version
 #include <limits.h>
 #include <stdlib.h>
@@ -16,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "doctor.h"
 #include "util/stats.h"
 
 namespace {
@@ -31,6 +33,7 @@ void usage() {
   fprintf(stderr,
           "usage: rdmashim run [--transport auto|shm|verbs|tcp] [--log off|warn|info|debug] [--] CMD [ARGS...]\n"
           "       rdmashim stat [--json]   connections of every process under rdmashim, by transport\n"
+          "       rdmashim doctor [--json] [--timeout S]   is this machine ready for RDMA verbs?\n"
           "       rdmashim version\n"
           "Runs CMD with librdmashim.so preloaded (kept in front of any LD_PRELOAD already set).\n");
 }
@@ -202,6 +205,7 @@ int main(int argc, char** argv) {
   std::string cmd = argv[1];
   if (cmd == "run") return run(argc - 2, argv + 2);
   if (cmd == "stat") return stat(argc - 2, argv + 2);
+  if (cmd == "doctor") return rdmashim::tools::doctor(argc - 2, argv + 2);
   if (cmd == "version" || cmd == "--version") {
     printf("rdmashim %s\n", RDMASHIM_VERSION);
     return 0;

@@ -1,0 +1,168 @@
+#include "verbs/device.h"
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <stdlib.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <new>
+
+#include "sys/sys.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "verbs/ibv_api.h"
+
+namespace rdmashim::verbs {
+namespace {
+
+std::mutex g_mu;
+Device* g_device = nullptr;
+bool g_tried = false;
+int g_err = -ENODEV;
+
+bool ipv4_mapped(const ibv_gid& g) {
+  static const unsigned char kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return memcmp(g.raw, kPrefix, sizeof kPrefix) == 0;
+}
+
+}  // namespace
+
+Device* Device::get(int* err) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_tried) {
+    *err = g_err;
+    return g_device;
+  }
+  g_tried = true;
+  const IbvApi* api = ibv();
+  if (!api) {
+    *err = g_err = -ENOSYS;
+    return nullptr;
+  }
+  int n = 0;
+  ibv_device** list = api->get_device_list(&n);
+  if (!list) {
+    *err = g_err = -ENODEV;
+    return nullptr;
+  }
+  const char* wanted = getenv("RDMASHIM_DEVICE");
+  auto* d = new (std::nothrow) Device();
+  for (int i = 0; d && i < n && !d->ctx_; ++i) {
+    const char* name = api->get_device_name(list[i]);
+    if (wanted && *wanted && strcmp(name, wanted) != 0) continue;
+    ibv_context* ctx = api->open_device(list[i]);
+    if (!ctx) continue;
+    ibv_device_attr dattr{};
+    api->query_device(ctx, &dattr);
+    for (uint8_t port = 1; port <= dattr.phys_port_cnt; ++port) {
+      ibv_port_attr pattr{};
+      if (query_port(ctx, port, &pattr) != 0 || pattr.state != IBV_PORT_ACTIVE) continue;
+      d->ctx_ = ctx;
+      d->name_ = name;
+      d->port_ = port;
+      d->mtu_ = pattr.active_mtu;
+      d->lid_ = pattr.lid;
+      d->gid_table_len_ = pattr.gid_tbl_len;
+      d->ethernet_ = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
+      break;
+    }
+    if (!d->ctx_) api->close_device(ctx);
+  }
+  api->free_device_list(list);
+  if (d && d->ctx_) d->pd_ = api->alloc_pd(d->ctx_);
+  if (!d || !d->ctx_ || !d->pd_) {
+    if (d && d->ctx_) api->close_device(d->ctx_);
+    delete d;
+    *err = g_err = -ENODEV;
+    return nullptr;
+  }
+  log::info("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
+  g_device = d;
+  *err = g_err = 0;
+  return d;
+}
+
+void Device::forget_after_fork() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_device && g_device->ctx_) {
+    sys::real().close(g_device->ctx_->cmd_fd);
+    sys::real().close(g_device->ctx_->async_fd);
+  }
+  g_device = nullptr;  // leaked on purpose: the memory is the parent's copy
+  g_tried = false;
+}
+
+std::string Device::gid_type(int index) const {
+  char path[256];
+  snprintf(path, sizeof path, "/sys/class/infiniband/%s/ports/%u/gid_attrs/types/%d", name_.c_str(), port_, index);
+  FILE* f = fopen(path, "re");
+  if (!f) return "";
+  char buf[32] = {};
+  if (!fgets(buf, sizeof buf, f)) buf[0] = '\0';
+  fclose(f);
+  buf[strcspn(buf, "\n")] = '\0';
+  return buf;
+}
+
+bool Device::gid(int index, ibv_gid* out) const {
+  return index >= 0 && index < gid_table_len_ && ibv()->query_gid(ctx_, port_, index, out) == 0;
+}
+
+int Device::gid_index_for(const sockaddr* local) const {
+  if (const char* env = getenv("RDMASHIM_GID_INDEX"); env && *env) {
+    uint64_t v = 0;
+    if (parse_size(env, &v) && v < static_cast<uint64_t>(gid_table_len_)) return static_cast<int>(v);
+  }
+  if (!ethernet_) return 0;  // InfiniBand: the port GID, routed by LID
+  in_addr want{};
+  bool have_ip = local && local->sa_family == AF_INET;
+  if (have_ip) want = reinterpret_cast<const sockaddr_in*>(local)->sin_addr;
+  int any_v2 = -1;
+  for (int i = 0; i < gid_table_len_; ++i) {
+    ibv_gid g{};
+    if (!gid(i, &g) || !ipv4_mapped(g) || gid_type(i) != "RoCE v2") continue;
+    if (have_ip && memcmp(g.raw + 12, &want, 4) == 0) return i;
+    if (any_v2 < 0) any_v2 = i;
+  }
+  return any_v2 >= 0 ? any_v2 : 0;
+}
+
+bool Device::take(size_t size, bool remote, Buffer* out) {
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    for (size_t i = 0; i < pool_.size(); ++i) {
+      if (pool_[i].size == size && pool_[i].remote == remote) {
+        *out = pool_[i];
+        pool_.erase(pool_.begin() + static_cast<long>(i));
+        return true;
+      }
+    }
+  }
+  void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (mem == MAP_FAILED) return false;
+  int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
+  ibv_mr* mr = ibv()->reg_mr(pd_, mem, size, access);
+  if (!mr) {
+    munmap(mem, size);
+    return false;
+  }
+  *out = Buffer{mem, size, mr, remote};
+  return true;
+}
+
+void Device::give_back(const Buffer& b) {
+  if (!b.mr) return;
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (pool_.size() < 16) {
+    pool_.push_back(b);
+    return;
+  }
+  ibv()->dereg_mr(b.mr);
+  munmap(b.data, b.size);
+}
+
+}  // namespace rdmashim::verbs

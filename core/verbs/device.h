@@ -1,0 +1,69 @@
+// The RDMA device a process uses: opened once, on first need, with one
+// protection domain, and a pool of registered buffers that connections
+// reuse (some providers allow only tens of PDs and about a hundred MRs).
+#pragma once
+
+#include <infiniband/verbs.h>
+#include <sys/socket.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <string>
+#include <vector>
+
+namespace rdmashim::verbs {
+
+// A registered buffer from the device's pool.
+struct Buffer {
+  void* data = nullptr;
+  size_t size = 0;
+  ibv_mr* mr = nullptr;
+  bool remote = false;  // registered for remote writes (a receive ring)
+};
+
+class Device {
+ public:
+  // The process's device: RDMASHIM_DEVICE if set, else the first device with
+  // an active port. nullptr, with *err, when there is none (or no libibverbs).
+  static Device* get(int* err);
+  // In a forked child: the parent's resources are not ours to use or to
+  // destroy (destroying them through the shared uverbs file would destroy
+  // the parent's); we close our copies of the descriptors and forget them.
+  static void forget_after_fork();
+
+  ibv_context* context() const { return ctx_; }
+  ibv_pd* pd() const { return pd_; }
+  uint8_t port() const { return port_; }
+  ibv_mtu mtu() const { return mtu_; }
+  uint16_t lid() const { return lid_; }
+  bool ethernet() const { return ethernet_; }
+  const std::string& name() const { return name_; }
+
+  // The GID index to use for a connection from `local`: RDMASHIM_GID_INDEX if
+  // set, else a RoCEv2 GID that maps local's IPv4 address, else any IPv4-mapped
+  // RoCEv2 GID, else 0. -1 if the port has no usable GID.
+  int gid_index_for(const sockaddr* local) const;
+  bool gid(int index, ibv_gid* out) const;
+
+  // Registered memory, reused across connections.
+  bool take(size_t size, bool remote, Buffer* out);
+  void give_back(const Buffer& b);
+
+ private:
+  Device() = default;
+  std::string gid_type(int index) const;
+
+  std::string name_;
+  ibv_context* ctx_ = nullptr;
+  ibv_pd* pd_ = nullptr;
+  uint8_t port_ = 1;
+  ibv_mtu mtu_ = IBV_MTU_1024;
+  uint16_t lid_ = 0;
+  int gid_table_len_ = 0;
+  bool ethernet_ = true;
+  std::mutex pool_mu_;
+  std::vector<Buffer> pool_;
+};
+
+}  // namespace rdmashim::verbs

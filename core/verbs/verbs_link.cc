@@ -1,0 +1,283 @@
+#include "verbs/verbs_link.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+
+#include "sys/sys.h"
+#include "util/misc.h"
+#include "verbs/ibv_api.h"
+
+namespace rdmashim::verbs {
+
+std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+  const IbvApi* api = ibv();
+  std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
+  if (!l) return *err = -ENOMEM, nullptr;
+  l->ring_size_ = ring_size;
+  *err = -ENOMEM;
+  if (!dev.take(ring_size, true, &l->rx_) || !dev.take(ring_size, false, &l->tx_)) return nullptr;
+  *err = -EIO;
+  l->channel_ = api->create_comp_channel(dev.context());
+  if (!l->channel_) return nullptr;
+  // The doorbell must never block a check, and must not leak into exec'd programs.
+  sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
+  sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
+  l->cq_ = api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
+  if (!l->cq_) return nullptr;
+  ibv_qp_init_attr init{};
+  init.send_cq = l->cq_;
+  init.recv_cq = l->cq_;
+  init.qp_type = IBV_QPT_RC;
+  init.sq_sig_all = 0;
+  init.cap.max_send_wr = kSendDepth;
+  init.cap.max_recv_wr = kRecvDepth;
+  init.cap.max_send_sge = 1;
+  init.cap.max_recv_sge = 1;
+  init.cap.max_inline_data = 256;
+  l->qp_ = api->create_qp(dev.pd(), &init);
+  if (!l->qp_) {
+    init.cap.max_inline_data = 0;  // some providers cannot inline at all
+    l->qp_ = api->create_qp(dev.pd(), &init);
+  }
+  if (!l->qp_) return nullptr;
+  l->max_inline_ = init.cap.max_inline_data;
+
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_INIT;
+  a.pkey_index = 0;
+  a.port_num = dev.port();
+  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
+  if (api->modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+    return nullptr;
+  }
+  l->repost_receives(kRecvDepth);
+
+  int gid_index = dev.gid_index_for(local);
+  ibv_gid gid{};
+  if (gid_index < 0 || !dev.gid(gid_index, &gid)) return nullptr;
+  uint32_t psn = 0;
+  random_bytes(&psn, sizeof psn);
+  l->local_.qpn = l->qp_->qp_num;
+  l->local_.psn = psn & 0xffffff;
+  memcpy(l->local_.gid, gid.raw, sizeof l->local_.gid);
+  l->local_.addr = reinterpret_cast<uintptr_t>(l->rx_.data);
+  l->local_.rkey = l->rx_.mr->rkey;
+  l->local_.ring_size = static_cast<uint32_t>(ring_size);
+  l->local_.lid = dev.lid();
+  l->local_.mtu = static_cast<uint8_t>(dev.mtu());
+  l->local_.reserved[0] = static_cast<uint8_t>(gid_index);  // ours, for our own RTR
+  *err = 0;
+  return l;
+}
+
+VerbsLink::~VerbsLink() {
+  const IbvApi* api = ibv();
+  if (!api) return;
+  if (qp_) api->destroy_qp(qp_);
+  if (cq_) {
+    if (events_unacked_) api->ack_cq_events(cq_, events_unacked_);
+    api->destroy_cq(cq_);
+  }
+  if (channel_) api->destroy_comp_channel(channel_);
+  dev_.give_back(rx_);
+  dev_.give_back(tx_);
+}
+
+int VerbsLink::connect(const Params& peer) {
+  const IbvApi* api = ibv();
+  if (peer.ring_size != ring_size_ || connected_) return -EPROTO;
+  peer_ = peer;
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = static_cast<ibv_mtu>(peer.mtu < static_cast<uint8_t>(dev_.mtu()) ? peer.mtu : static_cast<uint8_t>(dev_.mtu()));
+  a.dest_qp_num = peer.qpn;
+  a.rq_psn = peer.psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = 12;
+  a.ah_attr.port_num = dev_.port();
+  if (dev_.ethernet()) {
+    a.ah_attr.is_global = 1;
+    memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
+    a.ah_attr.grh.sgid_index = local_.reserved[0];
+    a.ah_attr.grh.hop_limit = 64;
+  } else {
+    a.ah_attr.dlid = peer.lid;
+  }
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
+  a = ibv_qp_attr{};
+  a.qp_state = IBV_QPS_RTS;
+  a.timeout = 14;    // 4.096 us * 2^14 = 67 ms per try
+  a.retry_cnt = 7;
+  a.rnr_retry = 7;   // receives are always posted; RNR only in a stall
+  a.sq_psn = local_.psn;
+  a.max_rd_atomic = 1;
+  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
+  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
+  connected_ = true;
+  return 0;
+}
+
+uint64_t VerbsLink::widen(uint64_t old, uint32_t low31) {
+  uint32_t delta = (low31 - static_cast<uint32_t>(old)) & 0x7fffffffu;
+  return old + delta;
+}
+
+void VerbsLink::repost_receives(int n) {
+  // Zero-length receives: WRITE WITH IMM consumes one and places no bytes.
+  for (int i = 0; i < n; ++i) {
+    ibv_recv_wr wr{}, *bad = nullptr;
+    wr.wr_id = 0;
+    wr.num_sge = 0;
+    if (ibv_post_recv(qp_, &wr, &bad) != 0) {
+      error_.store(-EIO, std::memory_order_relaxed);
+      return;
+    }
+  }
+}
+
+void VerbsLink::poll_completions() {
+  ibv_wc wc[32];
+  for (;;) {
+    int n = ibv_poll_cq(cq_, 32, wc);
+    if (n <= 0) {
+      if (n < 0) error_.store(-EIO, std::memory_order_relaxed);
+      break;
+    }
+    for (int i = 0; i < n; ++i) {
+      if (wc[i].status != IBV_WC_SUCCESS) {
+        // A flushed or failed WR: the peer is gone or the path broke.
+        error_.store(-ECONNRESET, std::memory_order_relaxed);
+        continue;
+      }
+      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+        uint32_t imm = ntohl(wc[i].imm_data);
+        if (imm & kCreditBit) {
+          peer_head_.store(widen(peer_head_.load(std::memory_order_relaxed), imm & ~kCreditBit),
+                           std::memory_order_release);
+        } else {
+          peer_tail_.store(widen(peer_tail_.load(std::memory_order_relaxed), imm), std::memory_order_release);
+        }
+        ++recv_consumed_;
+      } else if (wc[i].opcode == IBV_WC_RDMA_WRITE) {
+        std::lock_guard<std::mutex> lock(sq_mu_);
+        outstanding_ -= static_cast<int>(wc[i].wr_id);  // a signaled WR retires the batch it closed
+      }
+    }
+  }
+  if (recv_consumed_ >= kRecvDepth / 4) {
+    repost_receives(recv_consumed_);
+    recv_consumed_ = 0;
+  }
+}
+
+void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
+  // Held until publish_tail(): the last piece of a write carries the tail.
+  const void* from = src;
+  if (len > max_inline_) {
+    memcpy(static_cast<char*>(tx_.data) + offset, src, len);
+    from = static_cast<char*>(tx_.data) + offset;
+  }
+  pending_[pending_n_++] = Piece{offset, from, static_cast<uint32_t>(len)};
+}
+
+int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
+  std::unique_lock<std::mutex> lock(sq_mu_);
+  // Keep room in the send queue: reap completions when it runs low.
+  while (outstanding_ + n + 1 > kSendDepth - 4) {
+    lock.unlock();
+    {
+      std::lock_guard<std::mutex> cq(cq_mu_);
+      poll_completions();
+    }
+    if (error()) return error();
+    cpu_relax();
+    lock.lock();
+  }
+  ibv_send_wr wrs[3]{};
+  ibv_sge sges[3]{};
+  int count = n > 0 ? n : 1;
+  for (int i = 0; i < count; ++i) {
+    ibv_send_wr& wr = wrs[i];
+    if (n > 0) {
+      sges[i].addr = reinterpret_cast<uintptr_t>(pieces[i].src);
+      sges[i].length = pieces[i].len;
+      sges[i].lkey = tx_.mr->lkey;
+      wr.sg_list = &sges[i];
+      wr.num_sge = 1;
+      wr.wr.rdma.remote_addr = peer_.addr + pieces[i].offset;
+      if (pieces[i].len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+    } else {
+      wr.num_sge = 0;  // a bare notification (credit)
+      wr.wr.rdma.remote_addr = peer_.addr;
+    }
+    wr.wr.rdma.rkey = peer_.rkey;
+    wr.opcode = i == count - 1 ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    if (i == count - 1) wr.imm_data = htonl(imm);
+    wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
+    ++outstanding_;
+    if (++unsignaled_ >= kSignalEvery) {
+      wr.send_flags |= IBV_SEND_SIGNALED;
+      wr.wr_id = static_cast<uint64_t>(unsignaled_);
+      unsignaled_ = 0;
+    }
+  }
+  ibv_send_wr* bad = nullptr;
+  if (ibv_post_send(qp_, wrs, &bad) != 0) {
+    error_.store(-EIO, std::memory_order_relaxed);
+    return -EIO;
+  }
+  return 0;
+}
+
+void VerbsLink::publish_tail(uint64_t tail) {
+  own_tail_.store(tail, std::memory_order_relaxed);
+  post_write_with_imm(pending_, pending_n_, static_cast<uint32_t>(tail) & ~kCreditBit);
+  pending_n_ = 0;
+}
+
+uint64_t VerbsLink::peer_tail() {
+  if (cq_mu_.try_lock()) {
+    poll_completions();
+    cq_mu_.unlock();
+  }
+  return peer_tail_.load(std::memory_order_acquire);
+}
+
+uint64_t VerbsLink::peer_head() {
+  if (cq_mu_.try_lock()) {
+    poll_completions();
+    cq_mu_.unlock();
+  }
+  return peer_head_.load(std::memory_order_acquire);
+}
+
+void VerbsLink::publish_head(uint64_t head) {
+  own_head_.store(head, std::memory_order_relaxed);
+  // Batched: a quarter ring, or everything the producer could have sent
+  // when it may be waiting for room (all it wrote is consumed).
+  bool drained = head == peer_tail_.load(std::memory_order_relaxed);
+  if (head - credited_ >= ring_size_ / 4 || (drained && head - credited_ >= ring_size_ / 16)) {
+    credited_ = head;
+    post_write_with_imm(nullptr, 0, kCreditBit | (static_cast<uint32_t>(head) & ~kCreditBit));
+  }
+}
+
+void VerbsLink::prepare_sleep() { ibv_req_notify_cq(cq_, 0); }
+
+void VerbsLink::finish_sleep() {
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  while (ibv()->get_cq_event(channel_, &cq, &ctx) == 0) ++events_unacked_;
+  if (events_unacked_ >= 64) {
+    ibv()->ack_cq_events(cq_, events_unacked_);
+    events_unacked_ = 0;
+  }
+}
+
+}  // namespace rdmashim::verbs

@@ -1,0 +1,120 @@
+// Link over an RDMA RC queue pair.
+//
+//   data:    RDMA WRITE of each piece into the peer's rx ring (inline when
+//            small, else from a registered mirror of our tx ring at the same
+//            offset); the last WR of a write carries the new tail as
+//            immediate data (WRITE WITH IMM). The peer learns the tail from
+//            that completion, which the verbs specification orders after the
+//            placement of every earlier WRITE: nothing relies on the order in
+//            which bytes land.
+//   credits: the consumer returns its head the same way (immediate data with
+//            the top bit set), batched: once a quarter ring was consumed
+//            since the last credit, never one per message.
+//   waiting: the CQ's completion channel is the doorbell; prepare_sleep()
+//            arms it, the caller re-checks, then sleeps on its fd.
+// Immediate data carries positions modulo 2^31, widened again on receipt
+// (rings are at most 256 MiB, so no update can be that far ahead).
+#pragma once
+
+#include <infiniband/verbs.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+
+#include "link/link.h"
+#include "verbs/device.h"
+
+namespace rdmashim::verbs {
+
+// What the peer needs to reach our ring, exchanged in a Params frame.
+//  0  qpn        u32
+//  4  psn        u32
+//  8  gid[16]
+// 24  addr       u64 our rx ring's address
+// 32  rkey       u32
+// 36  ring_size  u32
+// 40  lid        u16
+// 42  mtu        u8  (enum ibv_mtu)
+// 43  reserved   u8[5]
+struct Params {
+  uint32_t qpn;
+  uint32_t psn;
+  unsigned char gid[16];
+  uint64_t addr;
+  uint32_t rkey;
+  uint32_t ring_size;
+  uint16_t lid;
+  uint8_t mtu;
+  uint8_t reserved[5];
+};
+static_assert(sizeof(Params) == 48 && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
+
+class VerbsLink final : public Link {
+ public:
+  // Creates the QP (in INIT) and the buffers, and posts the receives.
+  static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
+  ~VerbsLink() override;
+
+  const Params& local_params() const { return local_; }
+  // Moves the QP to RTR and RTS towards the peer. Once, never retried.
+  int connect(const Params& peer);
+
+  size_t ring_size() const override { return ring_size_; }
+  void put(uint64_t offset, const void* src, size_t len) override;
+  void publish_tail(uint64_t tail) override;
+  uint64_t peer_head() override;
+  const unsigned char* rx_data() const override { return static_cast<const unsigned char*>(rx_.data); }
+  uint64_t peer_tail() override;
+  void publish_head(uint64_t head) override;
+  uint64_t own_tail() const override { return own_tail_.load(std::memory_order_relaxed); }
+  uint64_t own_head() const override { return own_head_.load(std::memory_order_relaxed); }
+  int wait_fd() const override { return channel_ ? channel_->fd : -1; }
+  void prepare_sleep() override;
+  void finish_sleep() override;
+  int error() const override { return error_.load(std::memory_order_relaxed); }
+
+ private:
+  static constexpr int kSendDepth = 256;
+  static constexpr int kRecvDepth = 256;
+  static constexpr int kSignalEvery = 64;
+  static constexpr uint32_t kCreditBit = 1u << 31;
+  struct Piece {
+    uint64_t offset;
+    const void* src;
+    uint32_t len;
+  };
+
+  explicit VerbsLink(Device& dev) : dev_(dev) {}
+  void poll_completions();  // caller holds cq_mu_
+  int post_write_with_imm(const Piece* pieces, int n, uint32_t imm);
+  void repost_receives(int n);
+  static uint64_t widen(uint64_t old, uint32_t low31);
+
+  Device& dev_;
+  size_t ring_size_ = 0;
+  Buffer rx_{}, tx_{};
+  ibv_comp_channel* channel_ = nullptr;
+  ibv_cq* cq_ = nullptr;
+  ibv_qp* qp_ = nullptr;
+  uint32_t max_inline_ = 0;
+  Params local_{};
+  Params peer_{};
+  bool connected_ = false;
+
+  std::mutex cq_mu_;  // polling and the counters it updates
+  std::atomic<uint64_t> peer_tail_{0}, peer_head_{0};
+  std::atomic<uint64_t> own_tail_{0}, own_head_{0};
+  uint64_t credited_ = 0;  // head we last told the peer
+  std::mutex sq_mu_;       // the send queue
+  Piece pending_[2];
+  int pending_n_ = 0;
+  int unsignaled_ = 0;
+  int outstanding_ = 0;    // send WRs not yet known complete
+  int recv_consumed_ = 0;
+  unsigned events_unacked_ = 0;
+  std::atomic<int> error_{0};
+};
+
+}  // namespace rdmashim::verbs
