@@ -108,12 +108,17 @@ namespace rdmashim::preload {
 void adopt_inherited() {
   const char* list = getenv(kInherit);
   if (!list) return;
-  for (const char* p = list; *p;) {
+  // <names>[=<state>] entries separated by ','; names are fds joined by '+'.
+  const char* p = list;
+  while (*p) {
     std::vector<int> names;
+    char* end = nullptr;
     for (;;) {
-      char* end = nullptr;
       long fd = strtol(p, &end, 10);
-      if (end == p || fd < 0 || fd > INT32_MAX) return unsetenv(kInherit), void();
+      if (end == p || fd < 0 || fd > INT32_MAX) {
+        unsetenv(kInherit);  // malformed: adopt nothing more
+        return;
+      }
       names.push_back(static_cast<int>(fd));
       p = end;
       if (*p != '+') break;
@@ -121,8 +126,8 @@ void adopt_inherited() {
     }
     std::string state;
     if (*p == '=') {
-      const char* end = strchr(p, ',');
-      state.assign(p + 1, end ? static_cast<size_t>(end - p - 1) : strlen(p + 1));
+      const char* stop = strchr(p, ',');
+      state.assign(p + 1, stop ? static_cast<size_t>(stop - p - 1) : strlen(p + 1));
       p += 1 + state.size();
     }
     adopt_socket(names, state);

@@ -241,7 +241,6 @@ constexpr uint32_t kKernelEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
 int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, Ref stream) {
   std::lock_guard<std::mutex> lock(set.mu);
   EpollReg* reg = set.find(fd);
-  const auto& sys = real();
   epoll_event k{};
   k.events = kKernelEvents;
   k.data.u64 = set.tag();

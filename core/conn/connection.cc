@@ -244,6 +244,12 @@ void Connection::settle(stats::Outcome o) {
   log::info("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 
+std::unique_lock<std::mutex> Connection::lock_tx_for_handler() {
+  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
+  if (!tx_held_) tx.lock();
+  return tx;
+}
+
 // Both locks held.
 void Connection::update_passthrough() {
   if (rx_ == Rx::kRaw && tx_ == Tx::kRaw) {
@@ -296,8 +302,7 @@ int Connection::detect_hello(int flags, bool may_wait) {
   wire::Hello hello;
   int r = peek_message(wire::kHelloMagic, &hello, flags, may_wait);
   if (r < 0) return r;
-  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
-  if (!tx_held_) tx.lock();
+  auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   if (r == 0) {  // a plain client: everything stays as it is
     rx_ = Rx::kRaw;
@@ -358,8 +363,7 @@ int Connection::await_ack(int flags, bool may_wait) {
   wire::Ack ack;
   int r = peek_message(wire::kAckMagic, &ack, flags, may_wait);
   if (r < 0) return r;
-  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
-  if (!tx_held_) tx.lock();
+  auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   if (r == 1 && memcmp(ack.nonce, nonce_, sizeof nonce_) == 0) {
     ssize_t n = sys::real().recv(fd_, &ack, sizeof ack, MSG_DONTWAIT);
@@ -547,8 +551,7 @@ int Connection::read_frame(int flags) {
       rx_ring_.store(true, std::memory_order_release);
       return 1;
     case wire::FrameType::kPlain: {
-      std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
-      if (!tx_held_) tx.lock();
+      auto tx = lock_tx_for_handler();
       on_peer_plain();
       return 1;
     }

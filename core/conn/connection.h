@@ -145,6 +145,8 @@ class Connection {
   int read_frame_bytes(int flags);
   int read_frame(int flags);
   bool poll_control();
+  // The send lock for a receive-side handler, unless this thread has it.
+  std::unique_lock<std::mutex> lock_tx_for_handler();
   void handle_hello(const wire::Hello& hello);  // both locks held
   void handle_ack(const wire::Ack& ack);        // both locks held
   void on_peer_plain();                          // both locks held

@@ -26,6 +26,21 @@ socklen_t make_address(const unsigned char (&name)[kNameBytes], sockaddr_un* add
   return static_cast<socklen_t>(p - reinterpret_cast<char*>(addr));
 }
 
+// One handover message: the token as its payload, room for the descriptors.
+struct Handoff {
+  unsigned char payload[kTokenBytes];
+  iovec iov{payload, sizeof payload};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)] = {};
+  msghdr msg{};
+  Handoff() {
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof control;
+  }
+  Handoff(const Handoff&) = delete;
+};
+
 }  // namespace
 
 UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes]) {
@@ -51,22 +66,15 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   // A unix connect completes at once when the listener's backlog has room.
   if (sys.connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return -errno;
 
-  unsigned char payload[kTokenBytes];
-  memcpy(payload, token, sizeof payload);
-  iovec iov{payload, sizeof payload};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)] = {};
-  msghdr msg{};
-  msg.msg_iov = &iov;
-  msg.msg_iovlen = 1;
-  msg.msg_control = control;
-  msg.msg_controllen = sizeof control;
-  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  Handoff h;
+  memcpy(h.payload, token, sizeof h.payload);
+  cmsghdr* c = CMSG_FIRSTHDR(&h.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * kHandoffFds);
   memcpy(CMSG_DATA(c), fds, sizeof(int) * kHandoffFds);
-  ssize_t n = sys.sendmsg(fd.get(), &msg, MSG_NOSIGNAL);
-  if (n != static_cast<ssize_t>(sizeof payload)) return n < 0 ? -errno : -EIO;
+  ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL);
+  if (n != static_cast<ssize_t>(sizeof h.payload)) return n < 0 ? -errno : -EIO;
   return 0;
 }
 
@@ -77,18 +85,11 @@ int receive_descriptors(int listener, const unsigned char (&token)[kTokenBytes],
   for (int attempt = 0; attempt < 8; ++attempt) {
     UniqueFd conn(sys.accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
     if (!conn) return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
-    unsigned char payload[kTokenBytes];
-    iovec iov{payload, sizeof payload};
-    alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)] = {};
-    msghdr msg{};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof control;
-    ssize_t n = sys.recvmsg(conn.get(), &msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    Handoff h;
+    ssize_t n = sys.recvmsg(conn.get(), &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     UniqueFd got[kHandoffFds];
     int count = 0;
-    for (cmsghdr* c = CMSG_FIRSTHDR(&msg); c; c = CMSG_NXTHDR(&msg, c)) {
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h.msg); c; c = CMSG_NXTHDR(&h.msg, c)) {
       if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
       size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < nfds; ++i) {
@@ -98,9 +99,9 @@ int receive_descriptors(int listener, const unsigned char (&token)[kTokenBytes],
         else sys.close(fd);  // more than we asked for: never keep strays
       }
     }
-    bool truncated = (msg.msg_flags & MSG_CTRUNC) != 0;
-    if (n == static_cast<ssize_t>(sizeof payload) && !truncated && count == kHandoffFds &&
-        memcmp(payload, token, sizeof payload) == 0) {
+    bool truncated = (h.msg.msg_flags & MSG_CTRUNC) != 0;
+    if (n == static_cast<ssize_t>(sizeof h.payload) && !truncated && count == kHandoffFds &&
+        memcmp(h.payload, token, sizeof h.payload) == 0) {
       for (int i = 0; i < kHandoffFds; ++i) out[i] = std::move(got[i]);
       return 0;
     }
