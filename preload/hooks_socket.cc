@@ -129,8 +129,10 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
 
 void track_client(int fd, const sockaddr* peer, socklen_t len) {
   if (!discovery::peer_advertised(peer, len)) {
-    stats::count(stats::Outcome::kTcpNotAdvertised);
-    log::info("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpNotAdvertised));
+    auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
+                                                                               : stats::Outcome::kTcpNotAdvertised;
+    stats::count(why);
+    log::info("fd %d (client) -> %s", fd, stats::name(why));
     return;
   }
   Connection* conn = Connection::make_client(fd);

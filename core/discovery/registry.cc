@@ -8,9 +8,13 @@
 #include <cerrno>
 #include <cstddef>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
+#include <vector>
 
 #include "sys/sys.h"
+#include "util/log.h"
 
 namespace rdmashim::discovery {
 namespace {
@@ -64,7 +68,78 @@ bool is_loopback(const Endpoint& e) {
   return memcmp(e.addr, kLoop6, 16) == 0;
 }
 
+struct Rule {
+  bool forbid;
+  int family;
+  unsigned char addr[16];
+  int prefix;
+};
+
+bool parse_rules(const char* text, std::vector<Rule>* out, std::string* bad) {
+  std::string all(text ? text : "");
+  size_t start = 0;
+  while (start <= all.size()) {
+    size_t comma = all.find(',', start);
+    std::string item = all.substr(start, comma == std::string::npos ? std::string::npos : comma - start);
+    start = comma == std::string::npos ? all.size() + 1 : comma + 1;
+    if (item.empty()) continue;
+    Rule r{};
+    r.forbid = item[0] == '!';
+    if (r.forbid) item.erase(0, 1);
+    size_t slash = item.find('/');
+    std::string host = item.substr(0, slash);
+    r.family = host.find(':') != std::string::npos ? AF_INET6 : AF_INET;
+    int bits = r.family == AF_INET ? 32 : 128;
+    r.prefix = bits;
+    if (slash != std::string::npos) {
+      char* end = nullptr;
+      long p = strtol(item.c_str() + slash + 1, &end, 10);
+      if (*end != '\0' || end == item.c_str() + slash + 1 || p < 0 || p > bits) return *bad = item, false;
+      r.prefix = static_cast<int>(p);
+    }
+    if (inet_pton(r.family, host.c_str(), r.addr) != 1) return *bad = item, false;
+    out->push_back(r);
+  }
+  return true;
+}
+
+const std::vector<Rule>& rules() {
+  static const std::vector<Rule> parsed = [] {
+    std::vector<Rule> r;
+    std::string bad;
+    if (!parse_rules(getenv("RDMASHIM_PEERS"), &r, &bad)) {
+      log::warn("ignoring RDMASHIM_PEERS: cannot parse '%s' (expected [!]ADDRESS[/PREFIX],...)", bad.c_str());
+      r.clear();
+    }
+    return r;
+  }();
+  return parsed;
+}
+
+bool prefix_match(const unsigned char* a, const unsigned char* b, int bits) {
+  int full = bits / 8, rest = bits % 8;
+  if (memcmp(a, b, static_cast<size_t>(full)) != 0) return false;
+  if (rest == 0) return true;
+  unsigned char mask = static_cast<unsigned char>(0xff << (8 - rest));
+  return (a[full] & mask) == (b[full] & mask);
+}
+
 }  // namespace
+
+bool parse_peer_rules(const char* text, std::string* bad) {
+  std::vector<Rule> r;
+  return parse_rules(text, &r, bad);
+}
+
+PeerRule peer_rule(const sockaddr* peer, socklen_t len) {
+  Endpoint e = normalize(peer, len);
+  for (const Rule& r : rules()) {
+    if (r.family == e.family && prefix_match(r.addr, e.addr, r.prefix)) {
+      return r.forbid ? PeerRule::kForbid : PeerRule::kForce;
+    }
+  }
+  return PeerRule::kDiscover;
+}
 
 UniqueFd advertise(const sockaddr* local, socklen_t len) {
   Endpoint e = normalize(local, len);
@@ -98,6 +173,11 @@ bool is_local_address(const sockaddr* sa, socklen_t len) {
 bool peer_advertised(const sockaddr* peer, socklen_t len) {
   Endpoint e = normalize(peer, len);
   if (e.family == 0) return false;
+  switch (peer_rule(peer, len)) {
+    case PeerRule::kForce: return true;
+    case PeerRule::kForbid: return false;
+    case PeerRule::kDiscover: break;
+  }
   int saved = errno;
   UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   bool found = false;

@@ -14,6 +14,8 @@
 
 #include <sys/socket.h>
 
+#include <string>
+
 #include "util/unique_fd.h"
 
 namespace rdmashim::discovery {
@@ -27,6 +29,15 @@ UniqueFd advertise(const sockaddr* local, socklen_t len);
 // True if a listener under rdmashim advertised `peer` (or the wildcard of
 // its family, or the IPv6 wildcard for IPv4) and `peer` is local.
 bool peer_advertised(const sockaddr* peer, socklen_t len);
+
+// RDMASHIM_PEERS: comma-separated [!]ADDRESS[/PREFIX] entries, first match
+// wins. A plain entry forces the destination to be treated as running
+// rdmashim (cross-host peers, until they can be discovered); a '!' entry
+// forbids it. Anything else follows discovery.
+enum class PeerRule { kDiscover, kForce, kForbid };
+PeerRule peer_rule(const sockaddr* peer, socklen_t len);
+// Parses a rule list; false (with the offending entry in *bad) if malformed.
+bool parse_peer_rules(const char* text, std::string* bad);
 
 // True if `addr` is an address of this network namespace.
 bool is_local_address(const sockaddr* addr, socklen_t len);

@@ -29,3 +29,33 @@ TEST(Wire, FrameValidation) {
 
 }  // namespace
 }  // namespace rdmashim::wire
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+
+#include "discovery/registry.h"
+
+namespace rdmashim::discovery {
+namespace {
+
+TEST(PeerRules, ParsesForcedAndForbiddenPrefixes) {
+  std::string bad;
+  EXPECT_TRUE(parse_peer_rules("10.0.0.0/8,!10.1.0.0/16,fd00::/8,192.168.1.7", &bad));
+  EXPECT_TRUE(parse_peer_rules("", &bad));
+  EXPECT_FALSE(parse_peer_rules("10.0.0.0/33", &bad));
+  EXPECT_EQ(bad, "10.0.0.0/33");
+  EXPECT_FALSE(parse_peer_rules("not-an-address", &bad));
+  EXPECT_FALSE(parse_peer_rules("10.0.0.0/x", &bad));
+}
+
+TEST(PeerRules, LoopbackIsLocalAndDocumentationRangeIsNot) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  inet_pton(AF_INET, "127.0.0.1", &a.sin_addr);
+  EXPECT_TRUE(is_local_address(reinterpret_cast<sockaddr*>(&a), sizeof a));
+  inet_pton(AF_INET, "192.0.2.1", &a.sin_addr);  // TEST-NET-1: never assigned here
+  EXPECT_FALSE(is_local_address(reinterpret_cast<sockaddr*>(&a), sizeof a));
+}
+
+}  // namespace
+}  // namespace rdmashim::discovery
