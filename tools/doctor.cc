@@ -30,7 +30,11 @@ namespace {
 using verbs::ibv;
 
 // The child reports one line per step: "ok|fail <step> <detail>".
+// RDMASHIM_DOCTOR_STALL_AT=<step> makes the child hang right before that
+// step: fault injection, so the watchdog itself can be tested anywhere.
 void report(int fd, bool ok, const char* step, const std::string& detail) {
+  static const char* stall = getenv("RDMASHIM_DOCTOR_STALL_AT");
+  if (stall && strcmp(stall, step) == 0) pause();
   std::string line = std::string(ok ? "ok " : "fail ") + step + " " + detail + "\n";
   ssize_t ignored = write(fd, line.data(), line.size());
   (void)ignored;

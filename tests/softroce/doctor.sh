@@ -1,0 +1,11 @@
+#!/usr/bin/env bash
+# rdmashim doctor inside a Soft-RoCE guest: every step passes on rxe0.
+set -euo pipefail
+here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+bin=${RDMASHIM_BUILD:?set RDMASHIM_BUILD}/bin
+reason=$("$here/vm" check) || { echo "$reason"; exit 77; }
+out=$("$here/vm" run1 --timeout 180 -- "$bin/rdmashim doctor --json")
+echo "$out"
+grep -q '"ok":true' <<<"$out" || { echo "FAIL: doctor did not report ready"; exit 1; }
+grep -q '"step":"write","ok":true' <<<"$out" || { echo "FAIL: loopback write did not complete"; exit 1; }
+echo "ok: rdmashim doctor ready on rxe0"
