@@ -192,7 +192,19 @@ int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 
 int close(int fd) {
   Entry* e = table().take(fd);
-  if (e) detach(fd, e);
+  if (e) {
+    detach(fd, e);
+    bool last_name = false;
+    {
+      std::lock_guard<std::mutex> lock(e->mu);
+      last_name = e->alias_count == 0;
+    }
+    if (last_name && e->conn) {
+      int saved = errno;
+      e->conn->drain_before_close();
+      errno = saved;
+    }
+  }
   int r = real().close(fd);
   if (e) {
     int saved = errno;

@@ -162,6 +162,21 @@ Connection* Connection::adopt_described(int fd, const char* text) {
   return c;
 }
 
+void Connection::drain_before_close() {
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return;
+  while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
+    wire::FrameHeader h{};
+    ssize_t n = sys::real().recv(fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(sizeof h) || !wire::valid(h) ||
+        h.type == static_cast<uint16_t>(wire::FrameType::kData)) {
+      break;
+    }
+    if (read_frame(MSG_DONTWAIT) <= 0) break;
+  }
+  if (rx_ == Rx::kRing) poll_control();
+}
+
 void Connection::follow_sibling_switch_rx() {
   if (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0 && ring_ && transport_->switched(Transport::Dir::kRx)) {
     rx_ = Rx::kRing;

@@ -97,6 +97,11 @@ class Connection {
   std::string describe_for_exec();
   static Connection* adopt_described(int fd, const char* text);
 
+  // Before the last close: consumes rdmashim's own frames still waiting on
+  // the TCP side (a Switch, a Ping, a Close), never application data. Left
+  // unread, they would make the kernel answer the close with RST.
+  void drain_before_close();
+
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 

@@ -1,0 +1,496 @@
+// forkingPingPong: the ping-pong of tcpPingPong, served the way forking
+// servers serve (the seed project's tool of the same name, grown three
+// server shapes):
+//
+//   default        accept, fork; the child serves the connection, the parent
+//                  closes its copy and accepts the next one (PostgreSQL-style)
+//   --prefork N    N workers forked before the first accept share the
+//                  listener and each accepts (Apache/unicorn-style)
+//   --daemonize    accept, fork, the child forks again and exits at once; the
+//                  grandchild (reparented, its own session) serves
+//
+// Nothing rdmashim-specific in it: run it under `rdmashim run` to see fork
+// generations upgrade lazily (or, with RDMASHIM_FORKGEN, not at all).
+//
+// Every process that served a connection says so on stderr:
+//   forkingPingPong[PID]: served a connection (child|worker|grandchild): ok
+// so a test can match the serving pids against what rdmashim reports.
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "pingpong.h"
+
+using rdmashim::tools::Channel;
+using rdmashim::tools::PingPongOptions;
+
+namespace {
+
+const char* kTool = "forkingPingPong";
+
+enum class Shape { kForkPerConnection, kPrefork, kDaemonize };
+
+struct ForkOptions {
+  Shape shape = Shape::kForkPerConnection;
+  unsigned workers = 0;  // --prefork N
+  unsigned clients = 1;  // --clients C: concurrent client connections
+  uint64_t conns = 0;    // --conns K: the server exits after K connections (0: never)
+};
+
+// State the prefork workers share with their parent (a MAP_SHARED page).
+struct Shared {
+  std::atomic<uint64_t> accepted;
+  std::atomic<uint64_t> served;
+  std::atomic<uint64_t> failed;
+};
+
+const char* shape_name(Shape s) {
+  switch (s) {
+    case Shape::kForkPerConnection: return "child";
+    case Shape::kPrefork: return "worker";
+    case Shape::kDaemonize: return "grandchild";
+  }
+  return "?";
+}
+
+uint64_t now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
+void usage() {
+  fprintf(stderr,
+          "usage: %s --local [options]            server and clients on this host\n"
+          "       %s server [--port P] [options]  serve, forking as below\n"
+          "       %s client HOST[:PORT] [options]\n"
+          "server shape: (default) fork per connection | --prefork N | --daemonize\n"
+          "options: --size BYTES (64) --iters N (100000, per client) --warmup N --json\n"
+          "         --clients C (1: concurrent client connections)\n"
+          "         --conns K (server: exit after K connections; --local: the clients)\n",
+          kTool, kTool, kTool);
+}
+
+// Takes our own options out of argv; the rest goes to parse_pingpong_args.
+bool split_args(int argc, char** argv, ForkOptions* f, std::vector<char*>* rest) {
+  rest->push_back(argv[0]);
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&](uint64_t lo, uint64_t hi, uint64_t* out) {
+      char* end = nullptr;
+      if (i + 1 >= argc || argv[i + 1][0] < '0' || argv[i + 1][0] > '9') return false;
+      unsigned long long v = strtoull(argv[i + 1], &end, 10);
+      if (*end != '\0' || v < lo || v > hi) return false;
+      *out = v;
+      ++i;
+      return true;
+    };
+    uint64_t v = 0;
+    if (a == "--prefork") {
+      if (!value(1, 256, &v)) return fprintf(stderr, "%s: --prefork needs 1..256\n", kTool), false;
+      f->shape = Shape::kPrefork;
+      f->workers = static_cast<unsigned>(v);
+    } else if (a == "--daemonize") {
+      f->shape = Shape::kDaemonize;
+    } else if (a == "--clients") {
+      if (!value(1, 1024, &v)) return fprintf(stderr, "%s: --clients needs 1..1024\n", kTool), false;
+      f->clients = static_cast<unsigned>(v);
+    } else if (a == "--conns") {
+      if (!value(1, UINT32_MAX, &v)) return fprintf(stderr, "%s: --conns needs a positive number\n", kTool), false;
+      f->conns = v;
+    } else if (a == "-h" || a == "--help") {
+      usage();
+      exit(0);
+    } else {
+      rest->push_back(argv[i]);
+    }
+  }
+  rest->push_back(nullptr);
+  return true;
+}
+
+void nodelay(int fd) {
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+}
+
+ssize_t recv_all(int fd, void* buf, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = recv(fd, static_cast<char*>(buf) + done, len - done, 0);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return done > 0 ? static_cast<ssize_t>(done) : (n == 0 ? 0 : -errno);
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t send_all(int fd, const void* buf, size_t len) {
+  size_t done = 0;
+  while (done < len) {
+    ssize_t n = send(fd, static_cast<const char*>(buf) + done, len - done, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return -errno;
+    done += static_cast<size_t>(n);
+  }
+  return static_cast<ssize_t>(done);
+}
+
+Channel socket_channel(int fd) {
+  Channel ch;
+  ch.recv_all = [fd](void* buf, size_t len) { return recv_all(fd, buf, len); };
+  ch.send_all = [fd](const void* buf, size_t len) { return send_all(fd, buf, len); };
+  ch.transport = "tcp";
+  return ch;
+}
+
+int open_listener(const PingPongOptions& o, bool wildcard, uint16_t* port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_PASSIVE;
+  std::string service = std::to_string(o.port);
+  if (getaddrinfo(wildcard ? nullptr : o.host.c_str(), service.c_str(), &hints, &res) != 0) return -1;
+  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  int one = 1;
+  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
+    perror("forkingPingPong: listen");
+    freeaddrinfo(res);
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  freeaddrinfo(res);
+  sockaddr_storage self{};
+  socklen_t len = sizeof self;
+  getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len);
+  *port = ntohs(self.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&self)->sin_port
+                                          : reinterpret_cast<sockaddr_in6*>(&self)->sin6_port);
+  return fd;
+}
+
+// Serves one accepted connection in the calling process and says so.
+// Returns 0 or a negative errno.
+int serve_one(int fd, size_t size, Shape shape) {
+  nodelay(fd);
+  Channel ch = socket_channel(fd);
+  int r = rdmashim::tools::serve_pingpong(ch, size);
+  close(fd);
+  fprintf(stderr, "%s[%d]: served a connection (%s): %s\n", kTool, static_cast<int>(getpid()), shape_name(shape),
+          r == 0 ? "ok" : strerror(-r));
+  return r;
+}
+
+volatile sig_atomic_t g_stop = 0;
+void on_stop(int) { g_stop = 1; }
+
+// Accepts, retrying on interruptions unless a stop was asked for.
+int accept_retry(int listener) {
+  for (;;) {
+    int fd = accept4(listener, nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd >= 0) return fd;
+    if ((errno == EINTR && !g_stop) || errno == ECONNABORTED) continue;
+    return -1;
+  }
+}
+
+void default_signals() {
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGINT, SIG_DFL);
+}
+
+// Reaps children that exited; counts the ones that failed.
+void reap(bool block, unsigned* live, unsigned* failed) {
+  for (;;) {
+    int status = 0;
+    pid_t p = waitpid(-1, &status, block && *live > 0 ? 0 : WNOHANG);
+    if (p <= 0) {
+      if (p < 0 && errno == EINTR && block) continue;
+      return;
+    }
+    if (*live > 0) --*live;
+    if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++*failed;
+  }
+}
+
+// Fork per connection, directly or through an intermediate child.
+int serve_forking(int listener, const PingPongOptions& o, const ForkOptions& f) {
+  unsigned live = 0, failed = 0;
+  uint64_t accepted = 0;
+  while (f.conns == 0 || accepted < f.conns) {
+    reap(false, &live, &failed);
+    int fd = accept_retry(listener);
+    if (fd < 0) {
+      if (g_stop) break;
+      perror("forkingPingPong: accept");
+      return 1;
+    }
+    ++accepted;
+    pid_t child = fork();
+    if (child < 0) {
+      perror("forkingPingPong: fork");
+      close(fd);
+      ++failed;
+      continue;
+    }
+    if (child == 0) {
+      default_signals();
+      close(listener);
+      if (f.shape == Shape::kDaemonize) {
+        pid_t grandchild = fork();
+        if (grandchild < 0) _exit(1);
+        if (grandchild > 0) _exit(0);  // the intermediate child; our fd copy dies with it
+        setsid();
+        _exit(serve_one(fd, o.size, f.shape) == 0 ? 0 : 1);
+      }
+      _exit(serve_one(fd, o.size, f.shape) == 0 ? 0 : 1);
+    }
+    ++live;
+    close(fd);  // the child (or grandchild) owns the connection now
+    if (f.shape == Shape::kDaemonize) {
+      // The intermediate child exits at once; reap it so nothing lingers.
+      int status = 0;
+      while (waitpid(child, &status, 0) < 0 && errno == EINTR) {
+      }
+      --live;
+      if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
+    }
+  }
+  close(listener);
+  reap(true, &live, &failed);
+  if (failed) fprintf(stderr, "%s: %u connection(s) failed\n", kTool, failed);
+  return failed ? 1 : 0;
+}
+
+// N workers, forked before any accept, each accepting on the shared listener.
+int serve_prefork(int listener, const PingPongOptions& o, const ForkOptions& f) {
+  void* page = mmap(nullptr, sizeof(Shared), PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) {
+    perror("forkingPingPong: mmap");
+    return 1;
+  }
+  Shared* sh = new (page) Shared{};
+  std::vector<pid_t> workers;
+  for (unsigned w = 0; w < f.workers; ++w) {
+    pid_t p = fork();
+    if (p < 0) {
+      perror("forkingPingPong: fork");
+      break;
+    }
+    if (p == 0) {
+      default_signals();
+      for (;;) {
+        int fd = accept_retry(listener);
+        if (fd < 0) {
+          perror("forkingPingPong: accept (worker)");
+          _exit(1);
+        }
+        sh->accepted.fetch_add(1);
+        if (serve_one(fd, o.size, f.shape) != 0) sh->failed.fetch_add(1);
+        sh->served.fetch_add(1);
+      }
+    }
+    workers.push_back(p);
+  }
+  int rc = workers.size() == f.workers ? 0 : 1;
+  // Until K connections were served (or forever), or a signal, or a worker died.
+  while (rc == 0 && !g_stop && (f.conns == 0 || sh->served.load() < f.conns)) {
+    int status = 0;
+    pid_t p = waitpid(-1, &status, WNOHANG);
+    if (p > 0) {
+      fprintf(stderr, "%s: worker %d ended unexpectedly\n", kTool, static_cast<int>(p));
+      workers.erase(std::remove(workers.begin(), workers.end(), p), workers.end());
+      rc = 1;
+      break;
+    }
+    usleep(5000);
+  }
+  for (pid_t p : workers) kill(p, SIGTERM);
+  for (pid_t p : workers) {
+    while (waitpid(p, nullptr, 0) < 0 && errno == EINTR) {
+    }
+  }
+  close(listener);
+  if (sh->failed.load()) {
+    fprintf(stderr, "%s: %llu connection(s) failed\n", kTool, static_cast<unsigned long long>(sh->failed.load()));
+    rc = 1;
+  }
+  return rc;
+}
+
+int serve(int listener, const PingPongOptions& o, const ForkOptions& f) {
+  struct sigaction sa {};
+  sa.sa_handler = on_stop;  // no SA_RESTART: a blocked accept() returns EINTR
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+  return f.shape == Shape::kPrefork ? serve_prefork(listener, o, f) : serve_forking(listener, o, f);
+}
+
+int connect_to(const std::string& host, uint16_t port) {
+  addrinfo hints{}, *res = nullptr;
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  std::string service = std::to_string(port);
+  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0) {
+    fprintf(stderr, "%s: cannot resolve %s\n", kTool, host.c_str());
+    return -1;
+  }
+  int fd = -1, err = 0;
+  for (addrinfo* a = res; a; a = a->ai_next) {
+    fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
+    err = errno;
+    if (fd >= 0) close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  if (fd < 0) fprintf(stderr, "%s: cannot connect to %s:%u: %s\n", kTool, host.c_str(), port, strerror(err));
+  else nodelay(fd);
+  return fd;
+}
+
+// One client connection: warm-up plus iters checked round trips.
+struct ClientResult {
+  bool ok = false;
+  std::vector<uint32_t> rtt_ns;
+};
+
+void run_client(const PingPongOptions& o, unsigned id, ClientResult* r) {
+  int fd = connect_to(o.host, o.port);
+  if (fd < 0) return;
+  std::vector<char> out(o.size), in(o.size);
+  for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7 + id);
+  r->rtt_ns.reserve(o.iters);
+  for (uint64_t i = 0; i < o.warmup + o.iters; ++i) {
+    uint64_t t0 = now_ns();
+    out[0] = static_cast<char>(i);
+    if (send_all(fd, out.data(), o.size) != static_cast<ssize_t>(o.size)) {
+      fprintf(stderr, "%s: client %u: send failed at round trip %llu: %s\n", kTool, id,
+              static_cast<unsigned long long>(i), strerror(errno));
+      close(fd);
+      return;
+    }
+    ssize_t n = recv_all(fd, in.data(), o.size);
+    if (n != static_cast<ssize_t>(o.size)) {
+      fprintf(stderr, "%s: client %u: %s at round trip %llu\n", kTool, id,
+              n == 0 ? "server closed the connection" : "receive failed", static_cast<unsigned long long>(i));
+      close(fd);
+      return;
+    }
+    if (memcmp(in.data(), out.data(), o.size) != 0) {
+      fprintf(stderr, "%s: client %u: echo mismatch at round trip %llu\n", kTool, id,
+              static_cast<unsigned long long>(i));
+      close(fd);
+      return;
+    }
+    if (i >= o.warmup) {
+      uint64_t d = now_ns() - t0;
+      r->rtt_ns.push_back(static_cast<uint32_t>(d > UINT32_MAX ? UINT32_MAX : d));
+    }
+  }
+  close(fd);
+  r->ok = true;
+}
+
+// C concurrent clients, one report over all their round trips.
+int run_clients(const PingPongOptions& o, const ForkOptions& f) {
+  std::vector<ClientResult> results(f.clients);
+  uint64_t start = now_ns();
+  std::vector<std::thread> threads;
+  for (unsigned c = 0; c < f.clients; ++c) threads.emplace_back(run_client, std::cref(o), c, &results[c]);
+  for (auto& t : threads) t.join();
+  double seconds = static_cast<double>(now_ns() - start) / 1e9;
+  std::vector<uint32_t> all;
+  unsigned failed = 0;
+  for (auto& r : results) {
+    if (!r.ok) ++failed;
+    all.insert(all.end(), r.rtt_ns.begin(), r.rtt_ns.end());
+  }
+  if (failed) {
+    fprintf(stderr, "%s: %u of %u client(s) failed\n", kTool, failed, f.clients);
+    return 1;
+  }
+  std::sort(all.begin(), all.end());
+  auto pct = [&](double p) { return all[std::min(all.size() - 1, static_cast<size_t>(p * all.size()))] / 1e3; };
+  uint64_t total = all.size();
+  double rate = static_cast<double>(total) / seconds;
+  double sum = 0;
+  for (uint32_t v : all) sum += v;
+  double avg = sum / static_cast<double>(total) / 1e3;
+  if (o.json) {
+    printf("{\"tool\":\"%s\",\"transport\":\"tcp\",\"size\":%zu,\"iters\":%llu,\"clients\":%u,\"seconds\":%.6f,"
+           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f}\n",
+           kTool, o.size, static_cast<unsigned long long>(o.iters), f.clients, seconds, rate, avg, pct(0.50),
+           pct(0.99), all.back() / 1e3);
+  } else {
+    printf("%s: %zu B x %llu round trips x %u client(s) over tcp: %.0f round trips/s, avg %.2f us, p50 %.2f us, "
+           "p99 %.2f us\n",
+           kTool, o.size, static_cast<unsigned long long>(o.iters), f.clients, rate, avg, pct(0.50), pct(0.99));
+  }
+  fflush(stdout);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  ForkOptions f;
+  std::vector<char*> rest;
+  if (!split_args(argc, argv, &f, &rest)) return usage(), 2;
+  PingPongOptions o;
+  if (!rdmashim::tools::parse_pingpong_args(kTool, static_cast<int>(rest.size()) - 1, rest.data(), &o, false))
+    return 2;
+  if (o.wait != "block") {
+    fprintf(stderr, "%s: only --wait block is supported\n", kTool);
+    return 2;
+  }
+  setvbuf(stderr, nullptr, _IOLBF, 0);
+  if (o.mode == PingPongOptions::Mode::kServer) {
+    uint16_t port = 0;
+    int l = open_listener(o, o.host == "127.0.0.1", &port);
+    if (l < 0) return 1;
+    fprintf(stderr, "%s[%d]: serving on port %u\n", kTool, static_cast<int>(getpid()), port);
+    return serve(l, o, f);
+  }
+  if (o.mode == PingPongOptions::Mode::kLocal) {
+    o.host = "127.0.0.1";
+    o.port = 0;
+    uint16_t port = 0;
+    int l = open_listener(o, false, &port);
+    if (l < 0) return 1;
+    if (f.conns == 0) f.conns = f.clients;
+    fflush(nullptr);
+    pid_t server = fork();
+    if (server < 0) {
+      perror("forkingPingPong: fork");
+      return 1;
+    }
+    if (server == 0) _exit(serve(l, o, f));
+    close(l);
+    o.port = port;
+    int rc = run_clients(o, f);
+    if (rc != 0) kill(server, SIGTERM);
+    int status = 0;
+    while (waitpid(server, &status, 0) < 0 && errno == EINTR) {
+    }
+    return rc != 0 ? rc : (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+  }
+  return run_clients(o, f);
+}
