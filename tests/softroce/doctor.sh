@@ -4,7 +4,12 @@ set -euo pipefail
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 bin=${RDMASHIM_BUILD:?set RDMASHIM_BUILD}/bin
 reason=$("$here/vm" check) || { echo "$reason"; exit 77; }
-out=$("$here/vm" run1 --timeout 180 -- "$bin/rdmashim doctor --json")
+# The guest sees the host's files read-only, except /tmp, /run and /dev/shm,
+# which are its own: stage the binary where the guest can see it.
+stage=$(mktemp -d /var/tmp/rdmashim-doctor.XXXXXX)
+trap 'rm -rf "$stage"' EXIT
+install -m 755 "$bin/rdmashim" "$stage/rdmashim"
+out=$("$here/vm" run1 --timeout 180 -- "$stage/rdmashim doctor --json")
 echo "$out"
 grep -q '"ok":true' <<<"$out" || { echo "FAIL: doctor did not report ready"; exit 1; }
 grep -q '"step":"write","ok":true' <<<"$out" || { echo "FAIL: loopback write did not complete"; exit 1; }
