@@ -26,8 +26,9 @@ set(RDMASHIM_KNOWN_FAILURES
   diff.epoll_et_out diff.nonblock_connect_epoll
   # the _FORTIFY_SOURCE build of the scenarios
   diff.fortify_chk
-  # connection churn: close right after a response, many short connections
-  stress.churn.preload stress.churn.preload_5k stress.close_after_response.preload
+  # answer-then-close: the client's Switch can reach a server that already
+  # closed; its RST makes the client's kernel drop the unread reply (TCPAbortOnData)
+  stress.close_after_response.preload
 )
 
 # Called at the end of each test folder's CMakeLists.

@@ -15,6 +15,7 @@
 // Every process that served a connection says so on stderr:
 //   forkingPingPong[PID]: served a connection (child|worker|grandchild): ok
 // so a test can match the serving pids against what rdmashim reports.
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -231,9 +232,20 @@ void reap(bool block, unsigned* live, unsigned* failed) {
 }
 
 // Fork per connection, directly or through an intermediate child.
+//
+// With --conns K the listener stays open until every connection was served
+// (children reaped; daemonized grandchildren, which nobody can wait for,
+// hold the write end of a pipe until they exit): a client may still be
+// looking for the listener (rdmashim checks its advertisement right after
+// connect) when the K-th connection is accepted.
 int serve_forking(int listener, const PingPongOptions& o, const ForkOptions& f) {
   unsigned live = 0, failed = 0;
   uint64_t accepted = 0;
+  int served_pipe[2] = {-1, -1};  // daemonize: EOF once every grandchild exited
+  if (f.shape == Shape::kDaemonize && pipe2(served_pipe, O_CLOEXEC) != 0) {
+    perror("forkingPingPong: pipe");
+    return 1;
+  }
   while (f.conns == 0 || accepted < f.conns) {
     reap(false, &live, &failed);
     int fd = accept_retry(listener);
@@ -254,11 +266,13 @@ int serve_forking(int listener, const PingPongOptions& o, const ForkOptions& f) 
       default_signals();
       close(listener);
       if (f.shape == Shape::kDaemonize) {
+        close(served_pipe[0]);
         pid_t grandchild = fork();
         if (grandchild < 0) _exit(1);
         if (grandchild > 0) _exit(0);  // the intermediate child; our fd copy dies with it
         setsid();
-        _exit(serve_one(fd, o.size, f.shape) == 0 ? 0 : 1);
+        int r = serve_one(fd, o.size, f.shape);
+        _exit(r == 0 ? 0 : 1);  // served_pipe[1] closes here
       }
       _exit(serve_one(fd, o.size, f.shape) == 0 ? 0 : 1);
     }
@@ -273,8 +287,15 @@ int serve_forking(int listener, const PingPongOptions& o, const ForkOptions& f) 
       if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) ++failed;
     }
   }
-  close(listener);
+  if (served_pipe[1] >= 0) {
+    close(served_pipe[1]);
+    char c;
+    while (!g_stop && read(served_pipe[0], &c, 1) != 0 && (errno == EINTR || errno == EAGAIN)) {
+    }
+    close(served_pipe[0]);
+  }
   reap(true, &live, &failed);
+  close(listener);
   if (failed) fprintf(stderr, "%s: %u connection(s) failed\n", kTool, failed);
   return failed ? 1 : 0;
 }

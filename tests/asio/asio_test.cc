@@ -22,7 +22,12 @@
 //                 overlap and all run
 //
 // Prints "asio_test: connections=N" (client connections it made) and exits 0
-// when every check passed.
+// when every check passed. A step that does not complete in time is reported
+// as a hang (with what the scenario got done) and ends the program with 1.
+//
+// Options: --connect async|native (async_connect, the default, or a blocking
+// ::connect outside asio and socket.assign()), --connections N (64),
+// --only a,b (scenarios by name), --repeat N, --watchdog SECONDS (120).
 #include <utility>  // before asio: boost 1.74 awaitable.hpp uses std::exchange
 
 #include <boost/asio.hpp>
