@@ -85,12 +85,11 @@ timespec ts_left(int64_t dl) {
   return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
 }
 
-// The stream behind fd if its readiness is ours to compute (on a ring).
-Ref ring_stream(int fd) {
+// The stream behind fd if its readiness is ours to compute: on a ring, or
+// still in the handshake (whose bytes the application must not be woken for).
+Ref managed_stream(int fd) {
   if (fd < 0) return Ref();
-  Ref s = active_stream(fd);
-  if (s && s->conn->on_ring()) return s;
-  return Ref();
+  return active_stream(fd);
 }
 
 // Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
@@ -120,14 +119,15 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
   std::vector<Ref> virt(nfds);
   std::vector<nfds_t> vidx;
   for (nfds_t i = 0; i < nfds; ++i) {
-    if ((virt[i] = ring_stream(fds[i].fd))) vidx.push_back(i);
+    if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
   }
   std::vector<pollfd> k(nfds + vidx.size());
-  for (nfds_t i = 0; i < nfds; ++i) {
-    k[i] = {fds[i].fd, virt[i] ? virt[i]->conn->kernel_interest(fds[i].events) : fds[i].events, 0};
-  }
   const auto& sys = real();
   for (;;) {
+    // A handshake may have moved a direction to the ring since the last turn.
+    for (nfds_t i = 0; i < nfds; ++i) {
+      k[i] = {fds[i].fd, virt[i] ? virt[i]->conn->kernel_interest(fds[i].events) : fds[i].events, 0};
+    }
     if (sys.poll(k.data(), nfds, 0) < 0) return -1;
     int count = 0;
     for (nfds_t i = 0; i < nfds; ++i) {
@@ -136,6 +136,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     }
     if (count > 0 || expired(dl)) return count;
     bool all_virtual = vidx.size() == nfds;
+    for (nfds_t v : vidx) all_virtual = all_virtual && virt[v]->conn->on_ring();
     auto ring_ready = [&] {
       for (nfds_t v : vidx)
         if (virt[v]->conn->poll_events(fds[v].events, 0)) return true;
@@ -146,12 +147,23 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
     // kernel descriptors and the doorbells together.
-    for (nfds_t v : vidx) virt[v]->conn->arm();
+    // Those still in the handshake wake the kernel wait by their TCP bytes.
+    std::vector<Connection*> armed;
+    for (nfds_t v : vidx) {
+      Connection* c = virt[v]->conn.get();
+      if (!c->on_ring()) continue;
+      c->arm();
+      armed.push_back(c);
+    }
     bool ready = false;
     for (nfds_t v : vidx) ready = ready || virt[v]->conn->poll_events(fds[v].events, 0) != 0;
     int r = 0, err = 0;
     if (!ready) {
-      for (size_t j = 0; j < vidx.size(); ++j) k[nfds + j] = {virt[vidx[j]]->conn->doorbell(), POLLIN, 0};
+      for (size_t j = 0; j < vidx.size(); ++j) {
+        Connection* c = virt[vidx[j]]->conn.get();
+        bool was_armed = std::find(armed.begin(), armed.end(), c) != armed.end();
+        k[nfds + j] = {was_armed ? c->doorbell() : -1, POLLIN, 0};
+      }
       if (use_ppoll) {
         timespec t = ts_left(dl);
         r = sys.ppoll(k.data(), k.size(), dl == kForever ? nullptr : &t, mask);
@@ -160,7 +172,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
       }
       err = errno;
     }
-    for (nfds_t v : vidx) virt[v]->conn->disarm();
+    for (Connection* c : armed) c->disarm();
     if (r < 0) {
       errno = err;
       return -1;  // EINTR included: poll is never restarted
@@ -168,9 +180,9 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
   }
 }
 
-bool any_ring_stream(const pollfd* fds, nfds_t nfds) {
+bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i)
-    if (ring_stream(fds[i].fd)) return true;
+    if (managed_stream(fds[i].fd)) return true;
   return false;
 }
 
@@ -205,11 +217,11 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const si
   return count;
 }
 
-bool select_has_ring_stream(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
+bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
   if (nfds < 0 || nfds > FD_SETSIZE) return false;
   for (int fd = 0; fd < nfds; ++fd) {
     if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
-      if (ring_stream(fd)) return true;
+      if (managed_stream(fd)) return true;
     }
   }
   return false;
@@ -424,7 +436,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
 extern "C" {
 
 int poll(pollfd* fds, nfds_t nfds, int timeout) {
-  if (nfds == 0 || !any_ring_stream(fds, nfds)) return real().poll(fds, nfds, timeout);
+  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().poll(fds, nfds, timeout);
   return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, false);
 }
 
@@ -434,12 +446,12 @@ int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
 }
 
 int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
-  if (nfds == 0 || !any_ring_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
+  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
   return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
 }
 
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
-  if (!select_has_ring_stream(nfds, r, w, e)) return real().select(nfds, r, w, e, tv);
+  if (!select_has_managed_stream(nfds, r, w, e)) return real().select(nfds, r, w, e, tv);
   int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;
   int n = select_mixed(nfds, r, w, e, dl, nullptr, false);
   if (tv) {  // Linux reports the time left
@@ -451,7 +463,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
 }
 
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
-  if (!select_has_ring_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
+  if (!select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
   return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
 }
 

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sched.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -175,6 +176,12 @@ void Connection::drain_before_close() {
     if (read_frame(MSG_DONTWAIT) <= 0) break;
   }
   if (rx_ == Rx::kRing) poll_control();
+  // Anything still unread makes the kernel answer our close with RST.
+  int left = 0;
+  if (log::enabled(3) && sys::real().ioctl(fd(), FIONREAD, &left) == 0 && left > 0) {
+    log::debug("fd %d: closing with %d unread TCP bytes (rx %d, tx %d, frame_left %u, hdr %u)", fd(), left,
+               static_cast<int>(rx_), static_cast<int>(tx_), rx_frame_left_, rx_hdr_have_);
+  }
 }
 
 void Connection::follow_sibling_switch_rx() {
@@ -684,7 +691,10 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
     settle(stats::Outcome::kTcpServerSpokeFirst);
   }
   if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
-  if (tx_ == Tx::kFramed) advance_tx();
+  if (tx_ == Tx::kFramed) {
+    advance_tx();
+    if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
+  }
   switch (tx_) {
     case Tx::kRing:
       return send_ring(iov, iovcnt, flags);
@@ -712,16 +722,17 @@ void Connection::advance_tx() {
   tx_want_ = TxWant::kNone;
 }
 
+// The Switch (or Plain) frame goes out with our next send, not now: the peer
+// may already have answered and closed, and a frame landing on a closed
+// socket makes its kernel reset the connection, discarding the answer we
+// have yet to read (an HTTP/1.0-style server). Until then our direction
+// stays framed, which the peer reads as it would anyway.
 void Connection::tx_go_plain() {
-  if (tx_ != Tx::kFramed) return;
-  tx_want_ = TxWant::kPlain;
-  advance_tx();
+  if (tx_ == Tx::kFramed) tx_want_ = TxWant::kPlain;
 }
 
 void Connection::tx_go_ring() {
-  if (tx_ != Tx::kFramed) return;
-  tx_want_ = TxWant::kRing;
-  advance_tx();
+  if (tx_ == Tx::kFramed) tx_want_ = TxWant::kRing;
 }
 
 int Connection::send_control(wire::FrameType type, const void* payload, uint32_t len) {
@@ -771,7 +782,7 @@ ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
     // would, unless only our header made progress.
     if (sent < asked && done > 0) break;
   }
-  if (tx_hdr_left_ == 0 && tx_frame_left_ == 0) advance_tx();
+  // No switch here even at a frame boundary: it waits for our next send (see tx_go_ring).
   return static_cast<ssize_t>(done);
 }
 
@@ -907,6 +918,9 @@ void Connection::ping_if_due() {
 }
 
 short Connection::poll_events(short want, short kernel) {
+  if ((kernel & POLLIN) && !rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
+    kernel = consume_setup_bytes(kernel);
+  }
   short ev = kernel & (POLLERR | POLLHUP | POLLNVAL);
   if (!rx_ring_.load(std::memory_order_acquire)) {
     ev |= kernel & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI | POLLRDHUP);
@@ -927,6 +941,49 @@ short Connection::poll_events(short want, short kernel) {
     ev |= POLLOUT | POLLWRNORM;  // after SHUT_WR the kernel too says writable (the write fails)
   }
   return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Before the ring, the bytes that make the TCP socket readable may all be
+// ours (a Hello, an Ack, a frame header, a Switch). The kernel never wakes a
+// reader for nothing, so neither may we: consume what is ours, never the
+// application's bytes, and report POLLIN only if its read will find some.
+// Never blocks: if another thread holds a lock, it is settling this itself.
+short Connection::consume_setup_bytes(short kernel) {
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return kernel;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+  if (!tx.owns_lock()) return kernel;
+  tx_held_ = true;
+  bool consumed = false, readable = true;
+  for (int turn = 0; turn < 16; ++turn) {
+    int r;
+    if (rx_ == Rx::kDetectHello) {
+      r = detect_hello(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kAwaitAck) {
+      r = await_ack(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kFramed && rx_frame_left_ == 0) {
+      r = read_frame(MSG_DONTWAIT);
+      if (r == 0) break;  // EOF at a frame boundary: the read returns 0
+      if (r > 0) r = 0;
+    } else {
+      break;
+    }
+    if (r == -EAGAIN || r == -EWOULDBLOCK) {
+      readable = false;  // only a part of something of ours is here
+      break;
+    }
+    if (r < 0) break;  // an error the application's read will see
+    consumed = true;
+  }
+  tx_held_ = false;
+  constexpr short kIn = POLLIN | POLLRDNORM;
+  if (!readable) return static_cast<short>(kernel & ~kIn);
+  if (consumed && rx_ != Rx::kRing) {
+    pollfd p{fd_, kIn, 0};
+    sys::real().poll(&p, 1, 0);
+    kernel = static_cast<short>((kernel & ~kIn) | (p.revents & kIn));
+  }
+  return kernel;
 }
 
 short Connection::kernel_interest(short want) const {

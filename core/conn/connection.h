@@ -173,6 +173,7 @@ class Connection {
   int64_t deadline(int optname) const;
   void settle(stats::Outcome o);
   void update_passthrough();  // both locks held
+  short consume_setup_bytes(short kernel);
   int epipe(int flags);
   int broken(const char* what);
 
