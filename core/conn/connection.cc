@@ -16,6 +16,7 @@
 #include <pthread.h>
 #include <utility>
 
+#include "discovery/registry.h"
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
@@ -25,6 +26,7 @@
 #include "util/process.h"
 #include "util/signals.h"
 #include "util/spin.h"
+#include "verbs/verbs_transport.h"
 
 namespace rdmashim {
 namespace {
@@ -88,6 +90,11 @@ Connection::Connection(int fd, Role role)
       created_ns_(now_ns()) {}
 
 Connection::~Connection() {
+  if (orphaned_) {
+    (void)ring_.release();  // both are the parent's copies; leaked on purpose
+    (void)transport_.release();
+    return;
+  }
   if (transport_) transport_->remove_user();
 }
 
@@ -164,6 +171,7 @@ Connection* Connection::adopt_described(int fd, const char* text) {
 }
 
 void Connection::drain_before_close() {
+  if (orphaned_) return;  // the TCP side's frames are the parent's
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
   while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
@@ -201,7 +209,19 @@ void Connection::follow_sibling_switch_tx() {
 }
 
 void Connection::on_fork_child() {
-  if (transport_) transport_->add_user();
+  if (!transport_) return;
+  if (transport_->survives_fork()) {
+    transport_->add_user();
+    return;
+  }
+  // The stream stays the parent's: here it reads as reset, and the parent's
+  // transport is neither used nor destroyed (see ~Connection).
+  orphaned_ = true;
+  rx_ring_.store(false, std::memory_order_relaxed);  // no waiting on its doorbell either
+  tx_ring_.store(false, std::memory_order_relaxed);
+  tcp_done_.store(true, std::memory_order_relaxed);
+  peer_gone_.store(true, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
 }
 
 Connection::SideLock::SideLock(Connection& c, Transport::Dir d) : c_(c), d_(d) { reacquire(); }
@@ -228,25 +248,55 @@ Connection* Connection::make_client(int fd) {
   }
   auto* c = new (std::nothrow) Connection(fd, Role::kClient);
   if (!c) return nullptr;
-  c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
-  wire::Hello hello{};
-  if (!c->rendezvous_fd_ || !random_bytes(c->nonce_, sizeof c->nonce_)) {
+  // Shared memory to a peer on this host, verbs to one elsewhere (or to any
+  // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
+  const Config& cfg = config();
+  sockaddr_storage local{}, peer{};
+  socklen_t llen = sizeof local, plen = sizeof peer;
+  bool same_host = sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0 &&
+                   discovery::is_local_address(reinterpret_cast<sockaddr*>(&peer), plen);
+  uint32_t offer = 0;
+  if (same_host && cfg.transport != TransportChoice::kVerbs) offer |= wire::kTransportShm;
+  if (!same_host || cfg.transport == TransportChoice::kVerbs) {
+    int err = 0;
+    if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
+      c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), cfg.ring_size, &err);
+    }
+    if (c->verbs_) offer |= wire::kTransportVerbs;
+    else log::debug("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
+  }
+  if (offer & wire::kTransportShm) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
+  if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
+  struct {
+    wire::Hello hello;
+    wire::ParamsFrame params;
+  } msg{};
+  if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
     stats::count(stats::Outcome::kTcpSetupFailed);
+    log::info("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
     delete c;
     return nullptr;
   }
+  wire::Hello& hello = msg.hello;
   memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
   hello.version = wire::kVersion;
-  hello.transports = wire::kTransportShm;
+  hello.transports = offer;
   memcpy(hello.nonce, c->nonce_, sizeof hello.nonce);
   memcpy(hello.rendezvous, c->rendezvous_, sizeof hello.rendezvous);
-  // A fresh connection's send buffer is empty: 64 bytes go out whole or not
-  // at all. Not at all means we stay plain having sent nothing.
-  ssize_t n = sys::real().send(fd, &hello, sizeof hello, MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n > 0 && n < static_cast<ssize_t>(sizeof hello)) {
-    n = send_all(fd, reinterpret_cast<char*>(&hello) + n, sizeof hello - n) == 0 ? sizeof hello : -1;
+  size_t len = sizeof hello;
+  if (offer & wire::kTransportVerbs) {
+    msg.params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
+    memcpy(msg.params.params, &c->verbs_->local_params(), wire::kParamsBytes);
+    len += sizeof msg.params;
   }
-  if (n != static_cast<ssize_t>(sizeof hello)) {
+  static_assert(sizeof msg == wire::kMaxHandshakeMessage);
+  // A fresh connection's send buffer is empty: the message goes out whole or
+  // not at all. Not at all means we stay plain having sent nothing.
+  ssize_t n = sys::real().send(fd, &msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0 && n < static_cast<ssize_t>(len)) {
+    n = send_all(fd, reinterpret_cast<char*>(&msg) + n, len - n) == 0 ? static_cast<ssize_t>(len) : -1;
+  }
+  if (n != static_cast<ssize_t>(len)) {
     stats::count(stats::Outcome::kTcpSetupFailed);
     delete c;
     return nullptr;
@@ -289,13 +339,16 @@ void Connection::update_passthrough() {
 // ---------------------------------------------------------------------------
 // Handshake
 
-// Looks for a 64-byte rdmashim message (Hello or Ack) at the head of the
-// incoming stream without consuming anything.
+// Looks for an rdmashim message (a Hello or an Ack) at the head of the
+// incoming stream without consuming anything. `extent` says from its first
+// 64 bytes how long the whole message is (a Params frame may follow).
 //   1: a whole message starting with `magic` is there, copied to out
 //   0: the stream starts with something else (application bytes, or EOF)
 //  <0: undecided yet (-EAGAIN, -EINTR, ... exactly what the app's read would see)
-int Connection::peek_message(const unsigned char (&magic)[8], void* out, int flags, bool may_wait) {
-  unsigned char buf[64];
+int Connection::peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
+                             unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags,
+                             bool may_wait) {
+  unsigned char buf[wire::kMaxHandshakeMessage];
   uint64_t give_up = 0;
   for (;;) {
     // The first byte is waited for the way the application's read waits.
@@ -305,8 +358,9 @@ int Connection::peek_message(const unsigned char (&magic)[8], void* out, int fla
     if (n == 0) return 0;
     wire::Match m = wire::match_magic(magic, buf, static_cast<size_t>(n));
     if (m == wire::Match::kNo) return 0;
-    if (m == wire::Match::kYes && n == static_cast<ssize_t>(sizeof buf)) {
-      memcpy(out, buf, sizeof buf);
+    if (m == wire::Match::kYes && n >= 64 && static_cast<size_t>(n) >= extent(buf)) {
+      *len = extent(buf);
+      memcpy(out, buf, *len);
       return 1;
     }
     // A prefix of our message. From an rdmashim peer the rest is already on
@@ -320,9 +374,32 @@ int Connection::peek_message(const unsigned char (&magic)[8], void* out, int fla
   }
 }
 
+namespace {
+size_t hello_extent(const unsigned char* m) {
+  wire::Hello h;
+  memcpy(&h, m, sizeof h);
+  return sizeof h + ((h.transports & wire::kTransportVerbs) ? sizeof(wire::ParamsFrame) : 0);
+}
+size_t ack_extent(const unsigned char* m) {
+  wire::Ack a;
+  memcpy(&a, m, sizeof a);
+  return sizeof a + (a.transport == wire::kTransportVerbs ? sizeof(wire::ParamsFrame) : 0);
+}
+// The Params after a Hello or Ack, if the message has a valid one.
+bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
+  if (len != 64 + sizeof(wire::ParamsFrame)) return false;
+  wire::ParamsFrame f;
+  memcpy(&f, msg + 64, sizeof f);
+  if (!wire::valid_params_frame(f)) return false;
+  memcpy(out, f.params, sizeof *out);
+  return true;
+}
+}  // namespace
+
 int Connection::detect_hello(int flags, bool may_wait) {
-  wire::Hello hello;
-  int r = peek_message(wire::kHelloMagic, &hello, flags, may_wait);
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  int r = peek_message(wire::kHelloMagic, hello_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
@@ -333,39 +410,73 @@ int Connection::detect_hello(int flags, bool may_wait) {
     update_passthrough();
     return 0;
   }
-  ssize_t n = sys::real().recv(fd_, &hello, sizeof hello, MSG_DONTWAIT);  // consume; it is all there
-  if (n != static_cast<ssize_t>(sizeof hello)) return n < 0 ? -errno : -EIO;
-  handle_hello(hello);
+  ssize_t n = sys::real().recv(fd_, msg, len, MSG_DONTWAIT);  // consume; it is all there
+  if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
+  wire::Hello hello;
+  memcpy(&hello, msg, sizeof hello);
+  verbs::Params params{};
+  bool has_params = params_of(msg, len, &params);
+  handle_hello(hello, has_params ? &params : nullptr);
   return 0;
 }
 
 // Both locks held. The client frames everything after its Hello.
-void Connection::handle_hello(const wire::Hello& hello) {
+void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   if (tx_ != Tx::kUndecided) return;  // we spoke first: no Ack; the client will send Plain
 
-  wire::Ack ack{};
+  struct {
+    wire::Ack ack;
+    wire::ParamsFrame params;
+  } msg{};
+  wire::Ack& ack = msg.ack;
+  size_t len = sizeof ack;
   memcpy(ack.magic, wire::kAckMagic, sizeof ack.magic);
   ack.version = wire::kVersion;
   memcpy(ack.nonce, hello.nonce, sizeof ack.nonce);
   stats::Outcome failure = stats::Outcome::kTcpPolicy;
   const Config& cfg = config();
-  if (upgrades_allowed() && (hello.transports & wire::kTransportShm) &&
-      cfg.transport != TransportChoice::kVerbs && random_bytes(ack.token, sizeof ack.token)) {
+  bool allowed = upgrades_allowed() && cfg.transport != TransportChoice::kTcp;
+  // Verbs when the client offers it and shared memory is not the better
+  // choice (a peer on another host offers only verbs).
+  bool want_verbs = allowed && params && (hello.transports & wire::kTransportVerbs) &&
+                    cfg.transport != TransportChoice::kShm &&
+                    (cfg.transport == TransportChoice::kVerbs || !(hello.transports & wire::kTransportShm));
+  if (want_verbs) {
+    int err = -EPROTO;
+    sockaddr_storage local{};
+    socklen_t llen = sizeof local;
+    std::unique_ptr<verbs::VerbsTransport> t;
+    if (valid_ring_size(params->ring_size) &&
+        sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
+      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), params->ring_size, &err);
+    }
+    if (t && (err = t->connect(*params)) == 0) {
+      ack.transport = wire::kTransportVerbs;
+      ack.ring_size = params->ring_size;
+      msg.params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
+      memcpy(msg.params.params, &t->local_params(), wire::kParamsBytes);
+      len += sizeof msg.params;
+      adopt(std::move(t));
+    } else {
+      failure = stats::Outcome::kTcpSetupFailed;
+      log::debug("fd %d: verbs setup failed: %s", fd(), strerror(-err));
+    }
+  }
+  if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs &&
+      random_bytes(ack.token, sizeof ack.token)) {
     int err = 0;
     auto t = shm::ShmTransport::offer(cfg.ring_size, hello.rendezvous, ack.token, &err);
     if (t) {
+      ack.transport = wire::kTransportShm;
+      ack.ring_size = static_cast<uint32_t>(cfg.ring_size);
       adopt(std::move(t));
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
       log::debug("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
-  if (transport_) {
-    ack.transport = wire::kTransportShm;
-    ack.ring_size = static_cast<uint32_t>(cfg.ring_size);
-  }
-  if (send_all(fd_, &ack, sizeof ack) != 0) {
+  if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
     tx_ = Tx::kRaw;
     update_passthrough();
@@ -374,7 +485,7 @@ void Connection::handle_hello(const wire::Hello& hello) {
   }
   if (transport_) {
     tx_ = Tx::kFramed;  // until the client has attached; see advance_tx()
-    settle(stats::Outcome::kShm);
+    settle(ack.transport == wire::kTransportVerbs ? stats::Outcome::kVerbs : stats::Outcome::kShm);
   } else {
     tx_ = Tx::kRaw;  // a negative Ack is followed by raw bytes
     settle(failure);
@@ -382,21 +493,27 @@ void Connection::handle_hello(const wire::Hello& hello) {
 }
 
 int Connection::await_ack(int flags, bool may_wait) {
-  wire::Ack ack;
-  int r = peek_message(wire::kAckMagic, &ack, flags, may_wait);
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  int r = peek_message(wire::kAckMagic, ack_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
+  wire::Ack ack;
+  memcpy(&ack, msg, sizeof ack);
   if (r == 1 && memcmp(ack.nonce, nonce_, sizeof nonce_) == 0) {
-    ssize_t n = sys::real().recv(fd_, &ack, sizeof ack, MSG_DONTWAIT);
-    if (n != static_cast<ssize_t>(sizeof ack)) return n < 0 ? -errno : -EIO;
-    handle_ack(ack);
+    ssize_t n = sys::real().recv(fd_, msg, len, MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
+    verbs::Params params{};
+    bool has_params = params_of(msg, len, &params);
+    handle_ack(ack, has_params ? &params : nullptr);
     return 0;
   }
   // The server's application spoke before our Hello reached it: its bytes
   // are the application's, it will strip our Hello, we go plain.
   rx_ = Rx::kRaw;
   rendezvous_fd_.reset();
+  verbs_.reset();
   tx_go_plain();
   settle(stats::Outcome::kTcpServerSpokeFirst);
   update_passthrough();
@@ -404,17 +521,24 @@ int Connection::await_ack(int flags, bool may_wait) {
 }
 
 // Both locks held.
-void Connection::handle_ack(const wire::Ack& ack) {
+void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   int err = -EPROTO;
+  stats::Outcome ok = stats::Outcome::kShm;
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
     if (t) adopt(std::move(t));
+  } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
+             ack.ring_size == verbs_->local_params().ring_size) {
+    // The server's QP is already connected to ours: once ours is, we may write.
+    if ((err = verbs_->connect(*params)) == 0) adopt(std::move(verbs_));
+    ok = stats::Outcome::kVerbs;
   }
   rendezvous_fd_.reset();
+  verbs_.reset();
   if (!transport_) {
     if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
-    if (ack.transport != 0) log::debug("fd %d: attaching the shared memory failed: %s", fd(), strerror(-err));
+    if (ack.transport != 0) log::debug("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
     tx_go_plain();
     settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
@@ -422,7 +546,7 @@ void Connection::handle_ack(const wire::Ack& ack) {
   }
   transport_->mark_attached();
   tx_go_ring();
-  settle(stats::Outcome::kShm);
+  settle(ok);
 }
 
 // Both locks held.
@@ -479,6 +603,7 @@ int Connection::finish_setup(int timeout_ms) {
 
 ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
   io_started_.store(true, std::memory_order_relaxed);
+  if (orphaned_) return -ECONNRESET;
   std::lock_guard<std::mutex> lock(rx_mu_);
   follow_sibling_switch_rx();
   if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
@@ -664,6 +789,7 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.
   io_started_.store(true, std::memory_order_relaxed);
+  if (orphaned_) return -ECONNRESET;
   std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
   if (in_setup_.load(std::memory_order_relaxed)) (void)rx.try_lock();
   std::lock_guard<std::mutex> tx(tx_mu_);
@@ -918,6 +1044,7 @@ void Connection::ping_if_due() {
 }
 
 short Connection::poll_events(short want, short kernel) {
+  if (orphaned_) return static_cast<short>((POLLERR | POLLHUP | (want & (POLLIN | POLLOUT))));
   if ((kernel & POLLIN) && !rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
     kernel = consume_setup_bytes(kernel);
   }

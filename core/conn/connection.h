@@ -35,6 +35,11 @@
 
 namespace rdmashim {
 
+namespace verbs {
+struct Params;
+class VerbsTransport;
+}  // namespace verbs
+
 class Connection {
  public:
   enum class Role : uint8_t { kClient, kServer };
@@ -144,7 +149,8 @@ class Connection {
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.
   ssize_t recv_some(const iovec* iov, int iovcnt, int flags);
   ssize_t recv_ring(const iovec* iov, int iovcnt, int flags);
-  int peek_message(const unsigned char (&magic)[8], void* out, int flags, bool may_wait);
+  int peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
+                   unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int detect_hello(int flags, bool may_wait);
   int await_ack(int flags, bool may_wait);
   int read_frame_bytes(int flags);
@@ -152,8 +158,8 @@ class Connection {
   bool poll_control();
   // The send lock for a receive-side handler, unless this thread has it.
   std::unique_lock<std::mutex> lock_tx_for_handler();
-  void handle_hello(const wire::Hello& hello);  // both locks held
-  void handle_ack(const wire::Ack& ack);        // both locks held
+  void handle_hello(const wire::Hello& hello, const verbs::Params* params);  // both locks held
+  void handle_ack(const wire::Ack& ack, const verbs::Params* params);        // both locks held
   void on_peer_plain();                          // both locks held
   void adopt(std::unique_ptr<Transport> t);      // both locks held
 
@@ -198,6 +204,7 @@ class Connection {
   unsigned char nonce_[16] = {};
   unsigned char rendezvous_[shm::kNameBytes] = {};
   UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+  std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack
 
   // Framing. A header can arrive, or leave, in pieces.
   wire::FrameHeader rx_hdr_{};
@@ -219,6 +226,7 @@ class Connection {
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool close_sent_ = false;
+  bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
   uint64_t last_ping_ns_ = 0;
   std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket
   std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail

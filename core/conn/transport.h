@@ -31,6 +31,9 @@ class Transport {
   // A direction passed its Switch (in this process or a sibling).
   virtual void mark_switched(Dir) {}
   virtual bool switched(Dir) const { return false; }
+  // False if a forked child must not touch the parent's transport at all
+  // (a verbs QP: its queues are mapped shared with the parent's).
+  virtual bool survives_fork() const { return true; }
   // Keeps the transport's descriptors open across exec and describes them
   // for the next image; "" if this transport cannot follow exec.
   virtual std::string describe_for_exec() { return ""; }

@@ -164,6 +164,7 @@ void VerbsLink::poll_completions() {
           peer_tail_.store(widen(peer_tail_.load(std::memory_order_relaxed), imm), std::memory_order_release);
         }
         ++recv_consumed_;
+        peer_seen_.store(true, std::memory_order_release);
       } else if (wc[i].opcode == IBV_WC_RDMA_WRITE) {
         std::lock_guard<std::mutex> lock(sq_mu_);
         outstanding_ -= static_cast<int>(wc[i].wr_id);  // a signaled WR retires the batch it closed
@@ -266,6 +267,17 @@ void VerbsLink::publish_head(uint64_t head) {
     credited_ = head;
     post_write_with_imm(nullptr, 0, kCreditBit | (static_cast<uint32_t>(head) & ~kCreditBit));
   }
+}
+
+void VerbsLink::announce() { post_write_with_imm(nullptr, 0, kCreditBit); }
+
+bool VerbsLink::peer_seen() const {
+  auto* self = const_cast<VerbsLink*>(this);
+  if (!peer_seen_.load(std::memory_order_acquire) && self->cq_mu_.try_lock()) {
+    self->poll_completions();
+    self->cq_mu_.unlock();
+  }
+  return peer_seen_.load(std::memory_order_acquire);
 }
 
 void VerbsLink::prepare_sleep() { ibv_req_notify_cq(cq_, 0); }

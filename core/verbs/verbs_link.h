@@ -25,6 +25,7 @@
 
 #include "link/link.h"
 #include "verbs/device.h"
+#include "wire/wire.h"
 
 namespace rdmashim::verbs {
 
@@ -49,7 +50,7 @@ struct Params {
   uint8_t mtu;
   uint8_t reserved[5];
 };
-static_assert(sizeof(Params) == 48 && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
+static_assert(sizeof(Params) == wire::kParamsBytes && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
 
 class VerbsLink final : public Link {
  public:
@@ -60,6 +61,10 @@ class VerbsLink final : public Link {
   const Params& local_params() const { return local_; }
   // Moves the QP to RTR and RTS towards the peer. Once, never retried.
   int connect(const Params& peer);
+  // After connect(): tells the peer we can take writes (a bare credit).
+  void announce();
+  // A write from the peer arrived (so its QP is connected to ours).
+  bool peer_seen() const;
 
   size_t ring_size() const override { return ring_size_; }
   void put(uint64_t offset, const void* src, size_t len) override;
@@ -115,6 +120,7 @@ class VerbsLink final : public Link {
   int recv_consumed_ = 0;
   unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
+  std::atomic<bool> peer_seen_{false};
 };
 
 }  // namespace rdmashim::verbs

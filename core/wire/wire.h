@@ -2,9 +2,11 @@
 // little-endian; every struct is fixed-size and checked below.
 //
 // Client -> server:  [app bytes ...]                         (no rdmashim peer known: nothing added, ever)
-//                    Hello, Frame*, then Switch | Plain      (server advertised on this host)
+//                    Hello [Params], Frame*, then Switch | Plain   (server advertised)
 // Server -> client:  [app bytes ...]                         (app spoke before any Hello arrived)
-//                    Ack, Frame*, then Switch | Plain
+//                    Ack [Params], Frame*, then Switch | Plain
+// [Params] is a Params frame that follows a Hello offering verbs and an Ack
+// choosing verbs at once: the two are read as one message.
 //
 // After Switch the direction's data moves through the ring and the TCP
 // direction carries only control frames (Close, Ping) and, finally, FIN.
@@ -80,7 +82,10 @@ enum class FrameType : uint16_t {
   kPlain = 3,   // no payload: further bytes in this direction are raw TCP
   kClose = 4,   // payload: u64 final ring position; sender shut down writing
   kPing = 5,    // no payload: liveness probe while the ring is full
+  kParams = 6,  // payload: verbs::Params (48 bytes), only right after a Hello or an Ack
 };
+
+constexpr uint32_t kParamsBytes = 48;  // sizeof(verbs::Params), checked there
 
 // Header of every frame after Hello/Ack.
 //  0  length   u32 payload bytes that follow
@@ -104,8 +109,23 @@ inline bool valid(const FrameHeader& h) {
     case FrameType::kPlain:
     case FrameType::kPing: return h.length == 0;
     case FrameType::kClose: return h.length == sizeof(uint64_t);
+    case FrameType::kParams: return h.length == kParamsBytes;
   }
   return false;
+}
+
+// A Hello or Ack together with the Params frame that follows it when the
+// transport is verbs: what the receiver peeks and consumes as one message.
+struct ParamsFrame {
+  FrameHeader header;  // {kParamsBytes, kParams, 0}
+  unsigned char params[kParamsBytes];
+};
+static_assert(sizeof(ParamsFrame) == 56);
+constexpr size_t kMaxHandshakeMessage = 64 + sizeof(ParamsFrame);
+
+inline bool valid_params_frame(const ParamsFrame& f) {
+  return f.header.type == static_cast<uint16_t>(FrameType::kParams) && f.header.length == kParamsBytes &&
+         f.header.reserved == 0;
 }
 
 // How much of `prefix` (len bytes received so far) agrees with `magic`.

@@ -1,0 +1,41 @@
+// The cross-host transport: a VerbsLink whose queue pair each side connects
+// with the other's Params, carried in the handshake (after the Hello from the
+// client, after the Ack from the server; see wire.h).
+//
+// Who may write when: the server moves its QP to RTS before it sends its Ack,
+// so the client may write as soon as its own QP is connected. The client then
+// announces itself with a bare credit write; the server's first completion
+// from the client is its "peer attached", and only then does it switch.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <memory>
+
+#include "conn/transport.h"
+#include "verbs/verbs_link.h"
+
+namespace rdmashim::verbs {
+
+class VerbsTransport final : public Transport {
+ public:
+  // A QP in INIT with its rings, for the connection whose local address is
+  // `local`. nullptr and *err (negative errno) when there is no usable device.
+  static std::unique_ptr<VerbsTransport> prepare(const sockaddr* local, size_t ring_size, int* err);
+
+  const Params& local_params() const { return link_->local_params(); }
+  // RTR and RTS towards the peer; once, never retried.
+  int connect(const Params& peer) { return link_->connect(peer); }
+
+  const char* name() const override { return "verbs"; }
+  Link& link() override { return *link_; }
+  void mark_attached() override { link_->announce(); }
+  bool peer_attached() const override { return link_->peer_seen(); }
+  bool survives_fork() const override { return false; }
+
+ private:
+  explicit VerbsTransport(std::unique_ptr<VerbsLink> link) : link_(std::move(link)) {}
+  std::unique_ptr<VerbsLink> link_;
+};
+
+}  // namespace rdmashim::verbs
