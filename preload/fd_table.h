@@ -15,6 +15,7 @@
 #include <mutex>
 
 #include "conn/connection.h"
+#include "discovery/remote.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim::preload {
@@ -33,6 +34,7 @@ struct Entry {
   std::atomic<int> refs{0};  // table slots plus calls in flight
   std::atomic<Kind> kind;
   UniqueFd advert;                   // kListener: keeps the registry entry alive
+  std::unique_ptr<discovery::RemoteAdvert> remote;  // kListener: answers RDMA-CM probes
   std::unique_ptr<Connection> conn;  // kStream
   std::shared_ptr<EpollSet> epoll;   // kEpoll
   std::mutex mu;                     // guards the change kPending -> kStream

@@ -71,6 +71,7 @@ void advertise_listener(int fd) {
   auto* e = new (std::nothrow) Entry(Entry::Kind::kListener);
   if (!e) return;
   e->advert = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
+  e->remote = discovery::advertise_remote(reinterpret_cast<sockaddr*>(&self), len);
   attach(fd, e);
   // A second listener of the same port (SO_REUSEPORT) shares the first one's
   // entry: the bind fails and we still accept as a listener under rdmashim.
@@ -128,7 +129,12 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
 }
 
 void track_client(int fd, const sockaddr* peer, socklen_t len) {
-  if (!discovery::peer_advertised(peer, len)) {
+  bool rdmashim_peer = discovery::peer_advertised(peer, len);
+  if (!rdmashim_peer && discovery::peer_rule(peer, len) == discovery::PeerRule::kDiscover &&
+      !discovery::is_local_address(peer, len)) {
+    rdmashim_peer = discovery::probe_remote(peer, len);  // another host: ask it over RDMA-CM
+  }
+  if (!rdmashim_peer) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);

@@ -33,6 +33,7 @@ void on_fork_child() {
   stats::after_fork_child();
   // The parent's RDMA resources are not ours (see Device::forget_after_fork).
   verbs::Device::forget_after_fork();
+  discovery::remote_after_fork_child();
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

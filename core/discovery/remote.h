@@ -1,0 +1,47 @@
+// Cross-host discovery over RDMA-CM: no extra TCP port, no daemon.
+//
+// A listener under rdmashim on a host with an active RDMA device also listens
+// on the same port number in RDMA-CM's TCP port space (RDMA_PS_TCP, separate
+// from the kernel's TCP ports). A background thread answers every request
+// there with a reject carrying kAnswer: a "yes", and no connection. A client
+// asks before its first byte. The answer means the server runs rdmashim;
+// anything else (a plain reject: nobody listens there; nothing within the
+// probe timeout; no RDMA device here) means plain TCP.
+//
+// Negative answers are cached per destination for a minute, so a plain
+// server costs one probe a minute. Positive ones are asked again for every
+// connection: a stale "yes" would send a Hello to a plain server.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <memory>
+
+namespace rdmashim::discovery {
+
+class RemoteAdvert {
+ public:
+  ~RemoteAdvert();  // stops answering (in the process that started it)
+  RemoteAdvert(const RemoteAdvert&) = delete;
+  RemoteAdvert& operator=(const RemoteAdvert&) = delete;
+
+ private:
+  friend std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr*, socklen_t);
+  RemoteAdvert() = default;
+  void* id_ = nullptr;  // rdma_cm_id*
+  int owner_ = 0;       // pid that created it
+};
+
+// Starts answering probes for a listening socket bound to `local`; nullptr if
+// this host has no usable RDMA device (or the port is taken in RDMA_PS_TCP).
+std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len);
+
+// Asks `peer` (a TCP address of another host) whether it runs rdmashim.
+// Bounded by min(RDMASHIM_SETUP_TIMEOUT_MS, 1 s).
+bool probe_remote(const sockaddr* peer, socklen_t len);
+
+// In a forked child: the answering thread is the parent's; drop our copy of
+// its event channel so the parent alone owns its listening ids.
+void remote_after_fork_child();
+
+}  // namespace rdmashim::discovery
