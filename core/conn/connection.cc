@@ -702,6 +702,8 @@ int Connection::read_frame(int flags) {
       on_peer_plain();
       return 1;
     }
+    case wire::FrameType::kParams:  // only ever right after a Hello or an Ack
+      return broken("stray params frame");
     case wire::FrameType::kClose:  // only meaningful on a ring; before it, FIN says it all
     case wire::FrameType::kPing:
       return 1;

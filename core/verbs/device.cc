@@ -6,15 +6,22 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <pthread.h>
+#include <signal.h>
+
 #include <cerrno>
+#include <chrono>
+#include <condition_variable>
 #include <cstdio>
 #include <cstring>
+#include <memory>
 #include <new>
 
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
 #include "verbs/ibv_api.h"
+#include "verbs/verbs_link.h"
 
 namespace rdmashim::verbs {
 namespace {
@@ -31,6 +38,10 @@ bool ipv4_mapped(const ibv_gid& g) {
 
 }  // namespace
 
+// Opening a device runs provider code that has been seen to block (a wedged
+// driver, a dead fabric manager). It runs on a watchdog thread: if it takes
+// longer than the setup timeout, this process goes on without verbs (TCP or
+// shared memory) instead of hanging the application, and says so once.
 Device* Device::get(int* err) {
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_tried) {
@@ -38,15 +49,64 @@ Device* Device::get(int* err) {
     return g_device;
   }
   g_tried = true;
+  struct Job {
+    std::mutex mu;
+    std::condition_variable cv;
+    bool done = false, abandoned = false;
+    Device* dev = nullptr;
+    int err = 0;
+  };
+  auto job = std::make_shared<Job>();
+  auto run = [](void* arg) -> void* {
+    auto* owner = static_cast<std::shared_ptr<Job>*>(arg);
+    std::shared_ptr<Job> j = *owner;
+    delete owner;
+    int e = 0;
+    Device* d = open_first(&e);
+    std::lock_guard<std::mutex> l(j->mu);
+    j->dev = d;
+    j->err = e;
+    j->done = true;
+    j->cv.notify_all();
+    return nullptr;  // if abandoned, the device stays open and unused
+  };
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the application's signals are not for it
+  pthread_t t;
+  auto* arg = new (std::nothrow) std::shared_ptr<Job>(job);
+  bool started = arg && pthread_create(&t, nullptr, run, arg) == 0;
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!started) {
+    delete arg;
+    g_device = open_first(&g_err);  // no thread to spare: open it here
+    *err = g_err;
+    return g_device;
+  }
+  pthread_detach(t);
+  std::unique_lock<std::mutex> l(job->mu);
+  uint32_t ms = config().setup_timeout_ms;
+  if (!job->cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return job->done; })) {
+    job->abandoned = true;
+    log::warn("verbs: the RDMA provider did not answer within %u ms; this process goes on without verbs", ms);
+    *err = g_err = -ETIMEDOUT;
+    return nullptr;
+  }
+  g_device = job->dev;
+  *err = g_err = job->err;
+  return g_device;
+}
+
+Device* Device::open_first(int* err) {
   const IbvApi* api = ibv();
   if (!api) {
-    *err = g_err = -ENOSYS;
+    *err = -ENOSYS;
     return nullptr;
   }
   int n = 0;
   ibv_device** list = api->get_device_list(&n);
   if (!list) {
-    *err = g_err = -ENODEV;
+    *err = -ENODEV;
     return nullptr;
   }
   const char* wanted = getenv("RDMASHIM_DEVICE");
@@ -77,16 +137,16 @@ Device* Device::get(int* err) {
   if (!d || !d->ctx_ || !d->pd_) {
     if (d && d->ctx_) api->close_device(d->ctx_);
     delete d;
-    *err = g_err = -ENODEV;
+    *err = -ENODEV;
     return nullptr;
   }
   log::info("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
-  g_device = d;
-  *err = g_err = 0;
+  *err = 0;
   return d;
 }
 
 void Device::forget_after_fork() {
+  VerbsLink::forget_after_fork();
   std::lock_guard<std::mutex> lock(g_mu);
   if (g_device && g_device->ctx_) {
     sys::real().close(g_device->ctx_->cmd_fd);

@@ -52,6 +52,7 @@ class Device {
 
  private:
   Device() = default;
+  static Device* open_first(int* err);  // the first active port (or RDMASHIM_DEVICE)
   std::string gid_type(int index) const;
 
   std::string name_;

@@ -3,15 +3,73 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "sys/sys.h"
 #include "util/misc.h"
 #include "verbs/ibv_api.h"
 
 namespace rdmashim::verbs {
+namespace {
+
+constexpr unsigned kHeartbeatSeconds = 60;
+std::mutex g_links_mu;
+std::vector<VerbsLink*> g_links;  // connected links of this process
+bool g_heartbeat_started = false;
+
+void start_heartbeat_locked() {
+  if (g_heartbeat_started) return;
+  sigset_t all, old;
+  sigfillset(&all);
+  pthread_sigmask(SIG_SETMASK, &all, &old);  // the application's signals are not for it
+  pthread_t t;
+  pthread_attr_t attr;
+  pthread_attr_init(&attr);
+  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+  pthread_attr_setstacksize(&attr, 64 * 1024);
+  g_heartbeat_started = pthread_create(&t, &attr, heartbeat_loop, nullptr) == 0;
+  pthread_attr_destroy(&attr);
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+}
+
+}  // namespace
+
+void* heartbeat_loop(void*) {
+  for (;;) {
+    sleep(kHeartbeatSeconds);
+    std::lock_guard<std::mutex> lock(g_links_mu);
+    for (VerbsLink* l : g_links) l->heartbeat_if_idle();
+  }
+}
+
+void VerbsLink::heartbeat_if_idle() {
+  uint64_t posts;
+  {
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    posts = posts_;
+  }
+  if (posts == posts_at_beat_ && !error()) {
+    // Our consumed position again: a valid credit the peer already has, or newer.
+    post_write_with_imm(nullptr, 0, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit));
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    posts = posts_;
+  }
+  posts_at_beat_ = posts;
+}
+
+void VerbsLink::forget_after_fork() {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  g_links.clear();
+  g_heartbeat_started = false;
+}
 
 std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
   const IbvApi* api = ibv();
@@ -75,6 +133,10 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
 }
 
 VerbsLink::~VerbsLink() {
+  if (connected_) {
+    std::lock_guard<std::mutex> lock(g_links_mu);
+    std::erase(g_links, this);
+  }
   const IbvApi* api = ibv();
   if (!api) return;
   if (qp_) api->destroy_qp(qp_);
@@ -120,6 +182,9 @@ int VerbsLink::connect(const Params& peer) {
   mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
   if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
   connected_ = true;
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  g_links.push_back(this);
+  start_heartbeat_locked();
   return 0;
 }
 
@@ -228,6 +293,7 @@ int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
       unsignaled_ = 0;
     }
   }
+  ++posts_;
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(qp_, wrs, &bad) != 0) {
     error_.store(-EIO, std::memory_order_relaxed);

@@ -29,6 +29,8 @@
 
 namespace rdmashim::verbs {
 
+void* heartbeat_loop(void*);
+
 // What the peer needs to reach our ring, exchanged in a Params frame.
 //  0  qpn        u32
 //  4  psn        u32
@@ -65,6 +67,8 @@ class VerbsLink final : public Link {
   void announce();
   // A write from the peer arrived (so its QP is connected to ours).
   bool peer_seen() const;
+  // In a forked child: the parent's links and heartbeat thread are not ours.
+  static void forget_after_fork();
 
   size_t ring_size() const override { return ring_size_; }
   void put(uint64_t offset, const void* src, size_t len) override;
@@ -121,6 +125,12 @@ class VerbsLink final : public Link {
   unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
+  // Idle heartbeat: some providers degrade QPs that stay idle for tens of
+  // minutes, so a link with no post for a minute re-sends its last credit.
+  friend void* heartbeat_loop(void*);
+  void heartbeat_if_idle();
+  uint64_t posts_ = 0;            // under sq_mu_
+  uint64_t posts_at_beat_ = 0;    // the heartbeat thread's last look
 };
 
 }  // namespace rdmashim::verbs
