@@ -128,6 +128,14 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
   for (int fd : names) attach(fd, e);
 }
 
+// A client socket that stays plain keeps an entry without a connection, so
+// that a second connect() (how non-blocking clients such as hiredis learn the
+// first completed) neither sends a Hello nor counts the connection again.
+static void remember_plain(int fd) {
+  if (table().get(fd)) return;
+  if (auto* e = new (std::nothrow) Entry(Entry::Kind::kStream)) attach(fd, e);
+}
+
 void track_client(int fd, const sockaddr* peer, socklen_t len) {
   bool rdmashim_peer = discovery::peer_advertised(peer, len);
   if (!rdmashim_peer && discovery::peer_rule(peer, len) == discovery::PeerRule::kDiscover &&
@@ -139,10 +147,14 @@ void track_client(int fd, const sockaddr* peer, socklen_t len) {
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
     log::info("fd %d (client) -> %s", fd, stats::name(why));
+    remember_plain(fd);
     return;
   }
   Connection* conn = Connection::make_client(fd);
-  if (!conn) return;
+  if (!conn) {
+    remember_plain(fd);
+    return;
+  }
   auto* e = new (std::nothrow) Entry(Entry::Kind::kStream);
   if (!e) {
     delete conn;  // the Hello went out: without an entry the stream would be garbled
