@@ -137,12 +137,7 @@ static void remember_plain(int fd) {
 }
 
 void track_client(int fd, const sockaddr* peer, socklen_t len) {
-  bool rdmashim_peer = discovery::peer_advertised(peer, len);
-  if (!rdmashim_peer && discovery::peer_rule(peer, len) == discovery::PeerRule::kDiscover &&
-      !discovery::is_local_address(peer, len)) {
-    rdmashim_peer = discovery::probe_remote(peer, len);  // another host: ask it over RDMA-CM
-  }
-  if (!rdmashim_peer) {
+  if (!discovery::is_rdmashim_peer(peer, len)) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);

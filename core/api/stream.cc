@@ -10,6 +10,7 @@
 
 #include "conn/connection.h"
 #include "discovery/registry.h"
+#include "discovery/remote.h"
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/stats.h"
@@ -58,7 +59,7 @@ Stream Stream::connect(const char* host, uint16_t port, int* err) {
     }
     set_nodelay(fd.get());
     Connection* conn = nullptr;
-    if (discovery::peer_advertised(a->ai_addr, a->ai_addrlen)) {
+    if (discovery::is_rdmashim_peer(a->ai_addr, a->ai_addrlen)) {
       conn = Connection::make_client(fd.get());
       if (conn) conn->finish_setup(static_cast<int>(config().setup_timeout_ms));
     } else {
@@ -145,6 +146,7 @@ Listener Listener::listen(const char* host, uint16_t port, int* err) {
     socklen_t len = sizeof self;
     sys.getsockname(fd.get(), reinterpret_cast<sockaddr*>(&self), &len);
     l.advert_ = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
+    l.remote_advert_ = discovery::advertise_remote(reinterpret_cast<sockaddr*>(&self), len);
     l.fd_ = std::move(fd);
     *err = 0;
   }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "discovery/remote.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim {
@@ -54,7 +55,7 @@ class Listener {
   ~Listener();
 
   // Listens on host:port (port 0 picks a free one) and advertises it to
-  // rdmashim clients on this host.
+  // rdmashim clients on this host and, over RDMA-CM, on others.
   static Listener listen(const char* host, uint16_t port, int* err);
   explicit operator bool() const { return static_cast<bool>(fd_); }
   Stream accept(int* err);
@@ -64,6 +65,7 @@ class Listener {
  private:
   UniqueFd fd_;
   UniqueFd advert_;
+  std::unique_ptr<discovery::RemoteAdvert> remote_advert_;
 };
 
 }  // namespace rdmashim

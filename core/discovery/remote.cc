@@ -14,6 +14,7 @@
 #include <new>
 #include <vector>
 
+#include "discovery/registry.h"
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -198,6 +199,11 @@ bool probe_remote(const sockaddr* peer, socklen_t len) {
     g_negative.push_back(c);
   }
   return yes;
+}
+
+bool is_rdmashim_peer(const sockaddr* peer, socklen_t len) {
+  if (peer_advertised(peer, len)) return true;
+  return peer_rule(peer, len) == PeerRule::kDiscover && !is_local_address(peer, len) && probe_remote(peer, len);
 }
 
 void remote_after_fork_child() {

@@ -40,6 +40,11 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
 // Bounded by min(RDMASHIM_SETUP_TIMEOUT_MS, 1 s).
 bool probe_remote(const sockaddr* peer, socklen_t len);
 
+// Whether a client should speak to `peer` as to an rdmashim server: the
+// RDMASHIM_PEERS rules, then the same-host registry, then (for another host)
+// a probe over RDMA-CM.
+bool is_rdmashim_peer(const sockaddr* peer, socklen_t len);
+
 // In a forked child: the answering thread is the parent's; drop our copy of
 // its event channel so the parent alone owns its listening ids.
 void remote_after_fork_child();
