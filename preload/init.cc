@@ -8,7 +8,6 @@
 #include <vector>
 
 #include "preload.h"
-#include "verbs/device.h"
 #include "util/config.h"
 #include "util/process.h"
 #include "util/stats.h"
@@ -31,9 +30,6 @@ void on_fork_child() {
   note_fork_child();
   table().reset_locks_after_fork();
   stats::after_fork_child();
-  // The parent's RDMA resources are not ours (see Device::forget_after_fork).
-  verbs::Device::forget_after_fork();
-  discovery::remote_after_fork_child();
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

@@ -993,16 +993,15 @@ int64_t Connection::deadline(int optname) const {
 // the kernel would not have restarted.
 int Connection::wait_ring(bool for_write, int64_t dl) {
   auto ready = [&] { return for_write ? ring_->writable() != 0 : ring_->readable() != 0; };
+  Link& link = transport_->link();
+  const uint32_t yield_mask = link.spin_yield_mask();
   uint64_t spin_end = now_ns() + uint64_t{spin_budget_us()} * 1000;
   for (uint32_t i = 1;; ++i) {
     if (ready()) return 0;
-    if ((i & 63) == 0) {
-      if (now_ns() >= spin_end) break;
-      if ((i & 1023) == 0) sched_yield();  // let a runnable peer on our core go first
-    }
+    if ((i & yield_mask) == 0) sched_yield();  // let a runnable peer (or provider) on our core go first
+    if ((i & 63) == 0 && now_ns() >= spin_end) break;
     cpu_relax();
   }
-  Link& link = transport_->link();
   link.prepare_sleep();
   if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
     link.finish_sleep();

@@ -69,6 +69,8 @@ bool start_answering() {
   pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
   pthread_attr_setstacksize(&attr, 64 * 1024);
   g_thread_started = pthread_create(&t, &attr, answer_loop, nullptr) == 0;
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (g_thread_started) pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, remote_after_fork_child); });
   pthread_attr_destroy(&attr);
   pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return g_thread_started;
@@ -207,7 +209,8 @@ bool is_rdmashim_peer(const sockaddr* peer, socklen_t len) {
 }
 
 void remote_after_fork_child() {
-  std::lock_guard<std::mutex> lock(g_mu);
+  new (&g_mu) std::mutex();  // only this thread exists now; another may have held it at the fork
+  new (&g_cache_mu) std::mutex();
   if (g_channel) sys::real().close(g_channel->fd);
   g_channel = nullptr;  // leaked on purpose: the parent's copy
   g_thread_started = false;

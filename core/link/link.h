@@ -48,6 +48,11 @@ class Link {
   virtual void prepare_sleep() = 0;
   virtual void finish_sleep() = 0;
 
+  // While spinning for the peer, yield the core every (mask + 1) turns. A
+  // software RDMA provider progresses in this host's kernel and needs the CPU
+  // the spinner holds; shared memory needs nothing but the peer.
+  virtual uint32_t spin_yield_mask() const { return 1023; }
+
   // A transport failure the link saw (a negative errno), sticky; 0 if none.
   virtual int error() const { return 0; }
 };

@@ -94,6 +94,10 @@ Device* Device::get(int* err) {
   }
   g_device = job->dev;
   *err = g_err = job->err;
+  // A forked child must open its own: register that once, here, so the
+  // preload and the tools alike get it.
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  if (g_device) pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, forget_after_fork); });
   return g_device;
 }
 
@@ -145,9 +149,11 @@ Device* Device::open_first(int* err) {
   return d;
 }
 
+// Runs in the child right after fork(), when only this thread exists: a lock
+// another thread held at the fork stays held forever, so it is remade.
 void Device::forget_after_fork() {
   VerbsLink::forget_after_fork();
-  std::lock_guard<std::mutex> lock(g_mu);
+  new (&g_mu) std::mutex();
   if (g_device && g_device->ctx_) {
     sys::real().close(g_device->ctx_->cmd_fd);
     sys::real().close(g_device->ctx_->async_fd);

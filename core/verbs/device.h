@@ -39,6 +39,8 @@ class Device {
   uint16_t lid() const { return lid_; }
   bool ethernet() const { return ethernet_; }
   const std::string& name() const { return name_; }
+  // Soft-RoCE or soft-iWARP: the "NIC" is this host's kernel.
+  bool software() const { return name_.rfind("rxe", 0) == 0 || name_.rfind("siw", 0) == 0; }
 
   // The GID index to use for a connection from `local`: RDMASHIM_GID_INDEX if
   // set, else a RoCEv2 GID that maps local's IPv4 address, else any IPv4-mapped

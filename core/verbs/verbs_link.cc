@@ -66,7 +66,7 @@ void VerbsLink::heartbeat_if_idle() {
 }
 
 void VerbsLink::forget_after_fork() {
-  std::lock_guard<std::mutex> lock(g_links_mu);
+  new (&g_links_mu) std::mutex();  // only this thread exists now (see Device::forget_after_fork)
   g_links.clear();
   g_heartbeat_started = false;
 }
