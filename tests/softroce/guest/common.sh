@@ -30,3 +30,26 @@ wait_for_transport() {
 
 # One line of a file, for a result line (no spaces: the host splits on them).
 oneline() { tr '\n' '|' <"$1" 2>/dev/null | tr ' ' '_' | cut -c1-300; }
+
+# pingpong NAME PORT SERVER_CMD... :: CLIENT_CMD...: start the server, run the
+# client (retrying until the server listens), stop the server, report.
+pingpong() {
+	local name=$1 port=$2 srv=() cli=() rc=1 i out
+	shift 2
+	while [[ $1 != :: ]]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	timeout 120 "${srv[@]}" 2>"$name.server.log" &
+	local spid=$!
+	for ((i = 0; i < 100; i++)); do
+		out=$(timeout 120 "${cli[@]}" 2>"$name.client.log") && { rc=0; break; }
+		rc=$?
+		# Retry only while the server is not listening yet.
+		grep -qi 'refused\|cannot connect' "$name.client.log" || break
+		sleep 0.2
+	done
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") log=$(oneline "$name.client.log") json=${out:-none}"
+	say "$name.server transport=$(transport_of "$name.server.log") log=$(oneline "$name.server.log")"
+}
