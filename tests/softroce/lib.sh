@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # Shared by the host-side Soft-RoCE tests and bench/softroce.sh. Source it.
 #   softroce_skip_unless_vm    exit 77 with vm check's reason when no guest can run
 #   softroce_stage             copy the build's tools and tests/softroce/guest/

@@ -15,15 +15,15 @@ iters=${BENCH_ITERS:-5000} size=${BENCH_SIZE:-64}
 self=$RDMASHIM_VM_SELF gid=$RDMASHIM_VM_GID_INDEX
 rsp=${RSPRELOAD:-/usr/lib/x86_64-linux-gnu/rsocket/librspreload.so}
 pp=(--size "$size" --iters "$iters" --json)
-cd /tmp
+cd /tmp || exit 1
 
-pingpong row.tcp 18901 \
+pingpong row.tcp \
 	"$BIN/tcpPingPong" server --port 18901 --size "$size" :: \
 	"$BIN/tcpPingPong" client "$self:18901" "${pp[@]}"
 
 if [[ -f $rsp ]]; then
 	# Bind the server to the rxe0 address: rsocket listens on RDMA-CM only.
-	pingpong row.rspreload 18902 \
+	pingpong row.rspreload \
 		env LD_PRELOAD="$rsp" "$BIN/tcpPingPong" server --host "$self" --port 18902 --size "$size" :: \
 		env LD_PRELOAD="$rsp" "$BIN/tcpPingPong" client "$self:18902" "${pp[@]}"
 else
@@ -49,9 +49,9 @@ else
 fi
 
 export RDMASHIM_LOG=info RDMASHIM_TRANSPORT=verbs
-pingpong row.core 18904 \
+pingpong row.core \
 	"$BIN/rdmaPingPong" server --port 18904 --size "$size" --transport verbs :: \
 	"$BIN/rdmaPingPong" client "$self:18904" --transport verbs "${pp[@]}"
-pingpong row.shim 18905 \
+pingpong row.shim \
 	"${SHIM[@]}" "$BIN/tcpPingPong" server --port 18905 --size "$size" :: \
 	"${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18905" "${pp[@]}"

@@ -10,6 +10,7 @@ now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
 # "${SHIM[@]}" PROG ARGS: PROG under the preload, logging its transport.
+# shellcheck disable=SC2034 # used by the scripts that source this
 SHIM=("$BIN/rdmashim" run --log info --)
 
 # The transport rdmashim logged for the last connection in a log file:
@@ -31,11 +32,11 @@ wait_for_transport() {
 # One line of a file, for a result line (no spaces: the host splits on them).
 oneline() { tr '\n' '|' <"$1" 2>/dev/null | tr ' ' '_' | cut -c1-300; }
 
-# pingpong NAME PORT SERVER_CMD... :: CLIENT_CMD...: start the server, run the
+# pingpong NAME SERVER_CMD... :: CLIENT_CMD...: start the server, run the
 # client (retrying until the server listens), stop the server, report.
 pingpong() {
-	local name=$1 port=$2 srv=() cli=() rc=1 i out
-	shift 2
+	local name=$1 srv=() cli=() rc=1 i out
+	shift
 	while [[ $1 != :: ]]; do srv+=("$1"); shift; done
 	shift
 	cli=("$@")

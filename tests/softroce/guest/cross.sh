@@ -24,7 +24,7 @@ peers=${CROSS_PEERS:-10.77.0.0/24}
 matrix_bytes=${MATRIX_BYTES:-4194311}
 large_bytes=${LARGE_BYTES:-268435456}
 kill_after=${KILL_AFTER:-2}
-cd /tmp
+cd /tmp || exit 1
 
 # The environment of an rdmashim client whose server runs rdmashim.
 peer_env=(env)

@@ -11,15 +11,15 @@ source "$(dirname "$(readlink -f "$0")")/common.sh"
 iters=${PP_ITERS:-2000}
 self=$RDMASHIM_VM_SELF # the eth0 address: the one rxe0's RoCEv2 GID carries
 export RDMASHIM_TRANSPORT=verbs
-cd /tmp
+cd /tmp || exit 1
 
 # Core API: rdmaPingPong logs its transport at info level too.
 export RDMASHIM_LOG=info
-pingpong rdmaPingPong 18600 \
+pingpong rdmaPingPong \
 	"$BIN/rdmaPingPong" server --port 18600 --transport verbs :: \
 	"$BIN/rdmaPingPong" client "$self:18600" --transport verbs --iters "$iters" --json
 
 # Preload: the unmodified tcpPingPong under rdmashim run.
-pingpong tcpPingPong 18601 \
+pingpong tcpPingPong \
 	"${SHIM[@]}" "$BIN/tcpPingPong" server --port 18601 :: \
 	"${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18601" --iters "$iters" --json
