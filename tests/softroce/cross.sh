@@ -107,7 +107,8 @@ if [[ " ${parts[*]} " == *" kill "* ]]; then
 			ended=1 # SIGPIPE: a plain program's write met EPIPE (matrix_peer keeps the default action)
 		fi
 		prompt=$(yes_if awk -v a="${after:-999}" -v b="$kill_bound" 'BEGIN { exit !(a <= b) }')
-		check "kill $k: survivor ended" "$ended" "rc=${rc:-none}: ${log:-no error}; received $(jf "$(kv "$sv" json)" received)"
+		got=$(jf "$(kv "$sv" json)" received)
+		check "kill $k: survivor ended" "$ended" "rc=${rc:-none}: ${log:-no error}${got:+; it had received $got bytes}"
 		check "kill $k: within ${kill_bound}s" "$prompt" "ended ${after:-?} s after the kill notice"
 		check "kill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
 			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
