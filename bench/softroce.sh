@@ -41,9 +41,13 @@ softroce_stage
 # 2 vCPUs: both ends of each ping-pong busy-poll (ib_write_lat always does);
 # on one vCPU they would only take turns at scheduler ticks.
 export RDMASHIM_VM_SMP=${RDMASHIM_VM_SMP:-2}
+# TCG guests are very sensitive to other work on the host's cores: record the
+# host's load average around the run, to read the figures with.
+load_before=$(cut -d' ' -f1 /proc/loadavg)
 st=0
 out=$("$VM" run1 --timeout 600 -- \
 	"BENCH_SIZE=$size BENCH_ITERS=$iters ${RSPRELOAD:+RSPRELOAD=$RSPRELOAD} bash $STAGE/guest/bench.sh" 2>&1) || st=$?
+load_after=$(cut -d' ' -f1 /proc/loadavg)
 ((st == 0)) || { echo "bench/softroce.sh: the guest failed (vm run1 exit $st):" >&2; printf '%s\n' "$out" >&2; exit 1; }
 
 # Each row: NAME OK RATE P50 P99 REASON. Rates are round trips per second;
@@ -109,11 +113,14 @@ table() {
 			printf '%-36s failed: %s\n' "${label[$r]}" "${why[$r]}"
 		fi
 	done
-	printf '\n[1] %s; shown as a round trip: rate = 1e6 / (2 x t_avg), p50 = 2 x t_typical, p99 = 2 x 99%%.\n\n' "$ibl_note"
+	printf '\n[1] %s; shown as a round trip: rate = 1e6 / (2 x t_avg), p50 = 2 x t_typical, p99 = 2 x 99%%.\n' "$ibl_note"
+	printf 'Host load average (1 min) before/after: %s / %s (%s cores; TCG figures collapse when it exceeds them)\n\n' \
+		"$load_before" "$load_after" "$(nproc)"
 }
 to_json() {
 	local r sep=""
-	printf '{"bench":"softroce","size":%s,"iters":%s,"vcpus":%s,"rows":[' "$size" "$iters" "$RDMASHIM_VM_SMP"
+	printf '{"bench":"softroce","size":%s,"iters":%s,"vcpus":%s,"host_load":[%s,%s],"rows":[' \
+		"$size" "$iters" "$RDMASHIM_VM_SMP" "$load_before" "$load_after"
 	for r in "${rows[@]}"; do
 		if [[ ${ok[$r]} == 1 ]]; then
 			printf '%s{"row":"%s","what":"%s","ok":true,"round_trips_per_s":%s,"p50_us":%s,"p99_us":%s,"vs_tcp":%s,"vs_rspreload":%s}' \
