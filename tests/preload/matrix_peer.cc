@@ -4,17 +4,25 @@
 //   matrix_peer server --port-file F --protocol client-first|server-first --bytes N
 //   matrix_peer client --port P       --protocol client-first|server-first --bytes N
 //
+// Across hosts (tests/softroce): the server takes --bind ADDR (default
+// 127.0.0.1) and a fixed --port P; the client takes --host ADDR and
+// --connect-wait SECONDS (retry a refused or unreachable connect that long,
+// because the two guests start at about the same time).
+//
 // client-first: the client sends N bytes and half-closes; the server reads to
 //               EOF, answers N bytes and closes.
 // server-first: the server greets first (a fixed line), then as above.
 // Every I/O call family is used in turn (write, send, writev, sendmsg,
 // sendto; read, recv, readv, recvmsg, recvfrom) with ragged sizes. Prints one
 // JSON line with the count and SHA-256 of what it sent and received.
+#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
+
+#include <time.h>
 
 #include <cerrno>
 #include <cstdio>
@@ -127,10 +135,41 @@ void recv_stream(int fd, Sha256& got, uint64_t limit = 0) {
   }
 }
 
+// Connects to host:port, retrying refused/unreachable attempts for up to
+// wait_s seconds (a fresh socket each time). Returns the descriptor.
+int connect_with_retry(const std::string& host, unsigned port, double wait_s) {
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_port = htons(static_cast<uint16_t>(port));
+  if (inet_pton(AF_INET, host.c_str(), &a.sin_addr) != 1) {
+    errno = EINVAL;
+    die("--host must be an IPv4 address");
+  }
+  timespec start{}, now{};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  for (;;) {
+    int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) die("socket");
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0) return fd;
+    int err = errno;
+    close(fd);
+    clock_gettime(CLOCK_MONOTONIC, &now);
+    double waited = static_cast<double>(now.tv_sec - start.tv_sec) + (now.tv_nsec - start.tv_nsec) / 1e9;
+    bool retry = err == ECONNREFUSED || err == EHOSTUNREACH || err == ENETUNREACH || err == ETIMEDOUT;
+    if (!retry || waited >= wait_s) {
+      errno = err;
+      die("connect");
+    }
+    usleep(100 * 1000);
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string role = argc > 1 ? argv[1] : "", port_file, protocol = "client-first";
+  std::string host = "127.0.0.1", bind_addr = "127.0.0.1";
+  double connect_wait = 0;
   uint64_t bytes = 1 << 20;
   unsigned port = 0;
   for (int i = 2; i + 1 < argc; i += 2) {
@@ -139,23 +178,34 @@ int main(int argc, char** argv) {
     else if (k == "--port") port = static_cast<unsigned>(atoi(argv[i + 1]));
     else if (k == "--protocol") protocol = argv[i + 1];
     else if (k == "--bytes") bytes = strtoull(argv[i + 1], nullptr, 10);
+    else if (k == "--host") host = argv[i + 1];
+    else if (k == "--bind") bind_addr = argv[i + 1];
+    else if (k == "--connect-wait") connect_wait = atof(argv[i + 1]);
   }
   bool server_first = protocol == "server-first";
   Sha256 sent, got;
   if (role == "server") {
     int l = socket(AF_INET, SOCK_STREAM, 0);
+    int one = 1;
+    setsockopt(l, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
     sockaddr_in a{};
     a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    if (inet_pton(AF_INET, bind_addr.c_str(), &a.sin_addr) != 1) {
+      errno = EINVAL;
+      die("--bind must be an IPv4 address");
+    }
     socklen_t len = sizeof a;
     if (bind(l, reinterpret_cast<sockaddr*>(&a), len) != 0 || listen(l, 4) != 0) die("listen");
     getsockname(l, reinterpret_cast<sockaddr*>(&a), &len);
-    std::string tmp = port_file + ".tmp";
-    FILE* f = fopen(tmp.c_str(), "w");
-    if (!f) die("port file");
-    fprintf(f, "%u\n", ntohs(a.sin_port));
-    fclose(f);
-    rename(tmp.c_str(), port_file.c_str());
+    if (!port_file.empty()) {
+      std::string tmp = port_file + ".tmp";
+      FILE* f = fopen(tmp.c_str(), "w");
+      if (!f) die("port file");
+      fprintf(f, "%u\n", ntohs(a.sin_port));
+      fclose(f);
+      rename(tmp.c_str(), port_file.c_str());
+    }
     int fd = accept(l, nullptr, nullptr);
     if (fd < 0) die("accept");
     if (server_first) send_some(fd, kGreeting, sizeof kGreeting - 1, 0, sent);
@@ -164,12 +214,7 @@ int main(int argc, char** argv) {
     close(fd);
     close(l);
   } else if (role == "client") {
-    int fd = socket(AF_INET, SOCK_STREAM, 0);
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    a.sin_port = htons(static_cast<uint16_t>(port));
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0) die("connect");
+    int fd = connect_with_retry(host, port, connect_wait);
     if (server_first) recv_stream(fd, got, sizeof kGreeting - 1);
     send_stream(fd, bytes, 1, sent);
     if (shutdown(fd, SHUT_WR) != 0) die("shutdown");

@@ -1,0 +1,128 @@
+#!/usr/bin/env bash
+# softroce.cross: two guests joined by one link, rdmashim across hosts.
+#   matrix  fallback matrix: rdmashim/rdmashim -> verbs on both sides; an
+#           rdmashim client and a plain server, or the reverse -> plain TCP;
+#           every cell's data checked by SHA-256 both ways
+#   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal
+#   kill    SIGKILL of a sending client, then of a receiving server, mid-stream:
+#           the survivor ends with EOF/EPIPE/ECONNRESET within KILL_BOUND s
+# Data and transport are checked separately, so until the verbs transport
+# lands the output shows the data checks passing and the "-> verbs" ones failing.
+#
+# usage: cross.sh [--discovery] [matrix] [large] [kill]   (default: all three)
+#   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
+#                server by itself (RDMA-CM discovery). Registered as
+#                softroce.discovery, disabled until discovery lands.
+# env: RDMASHIM_BUILD, MATRIX_BYTES (4 MiB + 7), LARGE_BYTES (268435456),
+#      KILL_AFTER (2 s of streaming before the kill), KILL_BOUND (10 s)
+set -euo pipefail
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+
+peers=10.77.0.0/24 parts=() name=softroce.cross
+for a in "$@"; do
+	case $a in
+	--discovery) peers=none name=softroce.discovery ;;
+	matrix | large | kill) parts+=("$a") ;;
+	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill]" >&2; exit 2 ;;
+	esac
+done
+((${#parts[@]})) || parts=(matrix large kill)
+matrix_bytes=${MATRIX_BYTES:-4194311}
+large_bytes=${LARGE_BYTES:-268435456}
+kill_bound=${KILL_BOUND:-10}
+
+softroce_skip_unless_vm
+softroce_stage
+envs="CROSS_PEERS=$peers MATRIX_BYTES=$matrix_bytes LARGE_BYTES=$large_bytes KILL_AFTER=${KILL_AFTER:-2}"
+cmd="$envs bash $STAGE/guest/cross.sh ${parts[*]}"
+st=0
+out=$("$VM" run2 --timeout "${CROSS_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
+printf '%s\n' "$out" | sed 's/^/  | /'
+
+fail=0
+check() { # NAME OK(0|1) DETAIL
+	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
+}
+yes_if() { if "$@"; then echo 1; else echo 0; fi; }
+((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
+
+# -- matrix: pair each cell's client (guest b) and server (guest a) lines.
+transport_ok() { # CELL CLIENT_T SERVER_T
+	case $1 in
+	shim-shim-cf) [[ $2 == verbs && $3 == verbs ]] ;;
+	# A greeting may beat the Hello; then both ends must agree on TCP.
+	shim-shim-sf) [[ ($2 == verbs || $2 == tcp:server-spoke-first) && $3 == "$2" ]] ;;
+	# Any TCP reason (not-advertised today; discovery may name another).
+	shim-plain-*) [[ $2 == tcp:* ]] ;;
+	plain-shim-cf) [[ $3 == tcp:peer-plain ]] ;;
+	plain-shim-sf) [[ $3 == tcp:server-spoke-first ]] ;;
+	esac
+}
+if [[ " ${parts[*]} " == *" matrix "* ]]; then
+	for cell in shim-shim-cf shim-shim-sf shim-plain-cf shim-plain-sf plain-shim-cf plain-shim-sf; do
+		c=$(result "$out" "matrix.$cell.client") s=$(result "$out" "matrix.$cell.server")
+		cj=$(kv "$c" json) sj=$(kv "$s" json)
+		ct=$(kv "$c" transport) sT=$(kv "$s" transport)
+		[[ $cell == plain-* ]] && ct=plain
+		[[ $cell == *-plain-* ]] && sT=plain
+		data=$(yes_if test "$(kv "$c" rc)" = 0 -a "$(kv "$s" rc)" = 0 \
+			-a -n "$(jf "$cj" sent_sha256)" -a -n "$(jf "$sj" sent_sha256)" \
+			-a "$(jf "$cj" sent)" = "$(jf "$sj" received)" -a "$(jf "$cj" sent_sha256)" = "$(jf "$sj" received_sha256)" \
+			-a "$(jf "$sj" sent)" = "$(jf "$cj" received)" -a "$(jf "$sj" sent_sha256)" = "$(jf "$cj" received_sha256)")
+		[[ $(jf "$cj" sent) -ge $matrix_bytes ]] 2>/dev/null || data=0
+		check "matrix $cell data" "$data" "rc client=$(kv "$c" rc) server=$(kv "$s" rc);\
+ $(jf "$cj" sent)+$(jf "$sj" sent) bytes, sha256 both ways"
+		[[ $data == 1 ]] || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
+		check "matrix $cell transport" "$(yes_if transport_ok "$cell" "$ct" "$sT")" \
+			"client ${ct:-nothing}, server ${sT:-nothing}"
+	done
+fi
+
+# -- large: the receiver verified the sender's XXH64; check it here as well.
+if [[ " ${parts[*]} " == *" large "* ]]; then
+	r=$(result "$out" large.recv) s=$(result "$out" large.send)
+	rj=$(kv "$r" json) sj=$(kv "$s" json)
+	rate=$(awk -v b="$(jf "$rj" bytes_per_s)" 'BEGIN { printf "%.1f", b / 1e6 }')
+	check "large transfer data" "$(yes_if test "$(kv "$r" rc)" = 0 -a "$(kv "$s" rc)" = 0 \
+		-a "$(jf "$rj" bytes)" = "$large_bytes" -a "$(jf "$sj" bytes)" = "$large_bytes" \
+		-a -n "$(jf "$sj" xxh64)" -a "$(jf "$rj" xxh64)" = "$(jf "$sj" xxh64)" -a "$(jf "$rj" verified)" = true)" \
+		"$(jf "$rj" bytes) of $large_bytes bytes, xxh64 sent $(jf "$sj" xxh64) received $(jf "$rj" xxh64), $rate MB/s, $(jf "$rj" seconds) s"
+	[[ $(kv "$r" rc) == 0 && $(kv "$s" rc) == 0 ]] || printf '      recv: %s\n      send: %s\n' "$(kv "$r" log)" "$(kv "$s" log)"
+	check "large transfer transport" "$(yes_if test "$(jf "$rj" transport)" = verbs -a "$(jf "$sj" transport)" = verbs)" \
+		"receiver ${rj:+$(jf "$rj" transport)}, sender ${sj:+$(jf "$sj" transport)}"
+fi
+
+# -- kill: the survivor ended by itself (not by its 120 s timeout), soon after
+# the kill, having seen EOF (a clean end with less than was sent) or an error.
+if [[ " ${parts[*]} " == *" kill "* ]]; then
+	for k in client-killed server-killed; do
+		sv=$(result "$out" "kill.$k.survivor") vi=$(result "$out" "kill.$k.victim")
+		rc=$(kv "$sv" rc) after=$(kv "$sv" after_kill_s) log=$(kv "$sv" log)
+		ended=0
+		if [[ $rc == 0 && $k == client-killed ]]; then
+			ended=1 # read to EOF, then answered into the void
+		elif [[ $rc == 1 && $log =~ Broken_pipe|Connection_reset|early_EOF ]]; then
+			ended=1
+		elif [[ $rc == 141 ]]; then
+			ended=1 # SIGPIPE: a plain program's write met EPIPE (matrix_peer keeps the default action)
+		fi
+		prompt=$(yes_if awk -v a="${after:-999}" -v b="$kill_bound" 'BEGIN { exit !(a <= b) }')
+		got=$(jf "$(kv "$sv" json)" received)
+		check "kill $k: survivor ended" "$ended" "rc=${rc:-none}: ${log:-no error}${got:+; it had received $got bytes}"
+		check "kill $k: within ${kill_bound}s" "$prompt" "ended ${after:-?} s after the kill notice"
+		check "kill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
+			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
+	done
+fi
+
+for g in a b; do
+	for p in "${parts[@]}"; do
+		t=$(result "$out" "$p.$g.time")
+		[[ -n $t ]] && echo "time: $p in guest $g: $(kv "$t" seconds) s"
+	done
+done
+if ((fail)); then
+	echo "$name: FAILED"
+	exit 1
+fi
+echo "$name: OK"

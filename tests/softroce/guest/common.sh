@@ -1,0 +1,56 @@
+# Sourced by the in-guest scripts. They run as root inside a Soft-RoCE guest
+# (see ../vm): the staged build is in $BIN, rxe0 is up.
+# shellcheck shell=bash
+STAGE_DIR=$(dirname "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")")
+BIN=$STAGE_DIR/bin
+
+# One result line for the host to read: "@ KEY k=v ...".
+say() { printf '@ %s\n' "$*"; }
+now() { date +%s.%N; }
+elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
+
+# "${SHIM[@]}" PROG ARGS: PROG under the preload, logging its transport.
+# shellcheck disable=SC2034 # used by the scripts that source this
+SHIM=("$BIN/rdmashim" run --log info --)
+
+# The transport rdmashim logged for the last connection in a log file:
+# "rdmashim[PID] info: fd 5 (client) -> verbs" -> verbs.
+transport_of() {
+	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" 2>/dev/null | tail -n 1
+}
+
+# wait_for_transport LOG SECONDS: until rdmashim logged the connection's transport.
+wait_for_transport() {
+	local i
+	for ((i = 0; i < $2 * 10; i++)); do
+		[[ -n $(transport_of "$1") ]] && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
+# One line of a file, for a result line (no spaces: the host splits on them).
+oneline() { tr '\n' '|' <"$1" 2>/dev/null | tr ' ' '_' | cut -c1-300; }
+
+# pingpong NAME SERVER_CMD... :: CLIENT_CMD...: start the server, run the
+# client (retrying until the server listens), stop the server, report.
+pingpong() {
+	local name=$1 srv=() cli=() rc=1 i out
+	shift
+	while [[ $1 != :: ]]; do srv+=("$1"); shift; done
+	shift
+	cli=("$@")
+	timeout 120 "${srv[@]}" 2>"$name.server.log" &
+	local spid=$!
+	for ((i = 0; i < 100; i++)); do
+		out=$(timeout 120 "${cli[@]}" 2>"$name.client.log") && { rc=0; break; }
+		rc=$?
+		# Retry only while the server is not listening yet.
+		grep -qi 'refused\|cannot connect' "$name.client.log" || break
+		sleep 0.2
+	done
+	kill "$spid" 2>/dev/null
+	wait "$spid" 2>/dev/null
+	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") log=$(oneline "$name.client.log") json=${out:-none}"
+	say "$name.server transport=$(transport_of "$name.server.log") log=$(oneline "$name.server.log")"
+}

@@ -1,0 +1,182 @@
+#!/usr/bin/env bash
+# In TWO guests (run by ../cross.sh): guest a (10.77.0.1) runs the servers,
+# guest b (10.77.0.2) the clients. Both run the same parts in the same order;
+# a client retries its connect until its server listens, so the parts line up
+# without any other synchronisation.
+#   matrix  the fallback matrix across the link: {rdmashim, plain} client x
+#           {rdmashim, plain} server x {client-first, server-first}, matrix_peer
+#           on both ends (SHA-256 of everything sent and received)
+#   large   LARGE_BYTES of /dev/urandom through rdma_send | rdma_recv
+#           --transport verbs --verify (XXH64 end to end)
+#   kill    a matrix_peer client (sending) is SIGKILLed mid-stream, then a server
+#           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
+# Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
+# env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
+#      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
+# Not set -e: every step reports, a failed one must not hide the next.
+set -uo pipefail
+source "$(dirname "$(readlink -f "$0")")/common.sh"
+
+role=$RDMASHIM_VM_ROLE
+server_ip=10.77.0.1 client_ip=10.77.0.2
+peers=${CROSS_PEERS:-10.77.0.0/24}
+[[ $peers == none ]] && peers=
+matrix_bytes=${MATRIX_BYTES:-4194311}
+large_bytes=${LARGE_BYTES:-268435456}
+kill_after=${KILL_AFTER:-2}
+cd /tmp || exit 1
+
+# The environment of an rdmashim client whose server runs rdmashim.
+peer_env=(env)
+[[ -n $peers ]] && peer_env+=("RDMASHIM_PEERS=$peers")
+
+# ------------------------------------------------------------------ matrix ---
+# name client server protocol (port = 18701 + index)
+cells=(
+	"shim-shim-cf rdmashim rdmashim client-first"
+	"shim-shim-sf rdmashim rdmashim server-first"
+	"shim-plain-cf rdmashim plain client-first"
+	"shim-plain-sf rdmashim plain server-first"
+	"plain-shim-cf plain rdmashim client-first"
+	"plain-shim-sf plain rdmashim server-first"
+)
+
+matrix_server() { # NAME MODE PROTOCOL PORT
+	local name=$1 mode=$2 proto=$3 port=$4 pre=() rc
+	[[ $mode == rdmashim ]] && pre=("${SHIM[@]}")
+	timeout 180 "${pre[@]}" "$BIN/matrix_peer" server --bind 0.0.0.0 --port "$port" --protocol "$proto" \
+		--bytes "$matrix_bytes" >"m.$name.json" 2>"m.$name.log"
+	rc=$?
+	say "matrix.$name.server rc=$rc transport=$(transport_of "m.$name.log") log=$(oneline "m.$name.log") json=$(cat "m.$name.json")"
+}
+
+matrix_client() { # NAME MODE SERVER_MODE PROTOCOL PORT
+	local name=$1 mode=$2 smode=$3 proto=$4 port=$5 pre=() rc
+	if [[ $mode == rdmashim ]]; then
+		# RDMASHIM_PEERS only toward rdmashim servers: it makes the client
+		# speak rdmashim's Hello, which a plain server would take as data.
+		if [[ $smode == rdmashim ]]; then pre=("${peer_env[@]}" "${SHIM[@]}"); else pre=("${SHIM[@]}"); fi
+	fi
+	timeout 180 "${pre[@]}" "$BIN/matrix_peer" client --host "$server_ip" --port "$port" --protocol "$proto" \
+		--bytes "$matrix_bytes" --connect-wait 90 >"m.$name.json" 2>"m.$name.log"
+	rc=$?
+	say "matrix.$name.client rc=$rc transport=$(transport_of "m.$name.log") log=$(oneline "m.$name.log") json=$(cat "m.$name.json")"
+}
+
+part_matrix() {
+	local i name cm sm proto t0
+	t0=$(now)
+	if [[ $role == a ]]; then
+		# All servers listen at once; each serves one connection.
+		for i in "${!cells[@]}"; do
+			read -r name cm sm proto <<<"${cells[$i]}"
+			matrix_server "$name" "$sm" "$proto" $((18701 + i)) &
+		done
+		wait
+	else
+		for i in "${!cells[@]}"; do
+			read -r name cm sm proto <<<"${cells[$i]}"
+			matrix_client "$name" "$cm" "$sm" "$proto" $((18701 + i))
+		done
+	fi
+	say "matrix.$role.time seconds=$(elapsed "$t0" "$(now)")"
+}
+
+# ------------------------------------------------------------------- large ---
+part_large() {
+	local rc t0
+	t0=$(now)
+	if [[ $role == a ]]; then
+		timeout 300 "$BIN/rdma_recv" --listen 0.0.0.0:18800 --transport verbs --verify --json --no-progress \
+			>/dev/null 2>large.log
+		rc=$?
+		grep -v '^{' large.log >large.msgs # its messages; the JSON is the last line starting with {
+		say "large.recv rc=$rc log=$(oneline large.msgs) json=$(grep '^{' large.log | tail -n 1)"
+	else
+		# rdma_send prints its JSON on stdout; its input is a pipe, so the
+		# size is only known at the end (as for any streaming producer).
+		head -c "$large_bytes" /dev/urandom |
+			timeout 300 "${peer_env[@]}" "$BIN/rdma_send" --transport verbs --verify --json --no-progress \
+				--wait 90 "$server_ip:18800" >large.json 2>large.log
+		rc=$?
+		say "large.send rc=$rc log=$(oneline large.log) json=$(tail -n 1 large.json)"
+	fi
+	say "large.$role.time seconds=$(elapsed "$t0" "$(now)")"
+}
+
+# -------------------------------------------------------------------- kill ---
+# The side that kills tells the survivor's guest when it did, over a separate
+# plain connection (matrix_peer without the preload, 0 bytes), so the survivor
+# can time its own reaction on its own clock.
+notice_wait() { # PORT: blocks until the killer's notice arrives
+	timeout 180 "$BIN/matrix_peer" server --bind 0.0.0.0 --port "$1" --bytes 0 >/dev/null 2>&1
+}
+notice_send() { # HOST PORT
+	timeout 60 "$BIN/matrix_peer" client --host "$1" --port "$2" --bytes 0 --connect-wait 50 >/dev/null 2>&1
+}
+
+# survive NAME CMD...: runs the survivor in the background, waits for the
+# notice on port $notice_port, then for the survivor; reports how long after
+# the notice it ended (negative: before the notice arrived).
+survive() {
+	local name=$1 t_notice t_end rc
+	shift
+	(
+		timeout 120 "$@" >"k.$name.json" 2>"k.$name.log"
+		echo $? >"k.$name.rc"
+		now >"k.$name.end"
+	) &
+	local pid=$!
+	notice_wait "$notice_port"
+	t_notice=$(now)
+	wait "$pid"
+	rc=$(cat "k.$name.rc") t_end=$(cat "k.$name.end")
+	say "kill.$name.survivor rc=$rc after_kill_s=$(elapsed "$t_notice" "$t_end") transport=$(transport_of "k.$name.log") log=$(oneline "k.$name.log") json=$(cat "k.$name.json")"
+}
+
+# victim NAME NOTICE_HOST CMD...: starts CMD, waits until its connection is
+# set up (rdmashim logs the transport), lets data flow, SIGKILLs it.
+victim() {
+	local name=$1 host=$2 pid
+	shift 2
+	"$@" >/dev/null 2>"k.$name.victim.log" &
+	pid=$!
+	wait_for_transport "k.$name.victim.log" 90 || say "kill.$name.victim note=no-transport-logged"
+	sleep "$kill_after"
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	say "kill.$name.victim transport=$(transport_of "k.$name.victim.log") log=$(oneline "k.$name.victim.log")"
+	notice_send "$host" "$notice_port"
+}
+
+part_kill() {
+	local big=8589934592 # 8 GiB: far more than can move before the kill
+	# 1. The client (sending) dies; the server (reading) must see EOF.
+	notice_port=18821
+	if [[ $role == a ]]; then
+		survive client-killed "${SHIM[@]}" "$BIN/matrix_peer" server --bind 0.0.0.0 --port 18810 --bytes 1048576
+	else
+		victim client-killed "$server_ip" "${peer_env[@]}" "${SHIM[@]}" "$BIN/matrix_peer" client \
+			--host "$server_ip" --port 18810 --bytes "$big" --connect-wait 90
+	fi
+	# 2. The server (reading) dies; the client (sending) must get EPIPE/ECONNRESET.
+	notice_port=18822
+	if [[ $role == a ]]; then
+		victim server-killed "$client_ip" "${SHIM[@]}" "$BIN/matrix_peer" server --bind 0.0.0.0 --port 18811 --bytes 1
+	else
+		survive server-killed "${peer_env[@]}" "${SHIM[@]}" "$BIN/matrix_peer" client \
+			--host "$server_ip" --port 18811 --bytes "$big" --connect-wait 90
+	fi
+}
+
+for part in "${@:-matrix large kill}"; do
+	for p in $part; do
+		case $p in
+		matrix) part_matrix ;;
+		large) part_large ;;
+		kill) part_kill ;;
+		*) say "error unknown-part=$p" ;;
+		esac
+	done
+done
+say "done.$role"

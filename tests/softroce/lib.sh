@@ -1,0 +1,45 @@
+# shellcheck shell=bash
+# Shared by the host-side Soft-RoCE tests and bench/softroce.sh. Source it.
+#   softroce_skip_unless_vm    exit 77 with vm check's reason when no guest can run
+#   softroce_stage             copy the build's tools and tests/softroce/guest/
+#                              to a folder the guest can see; sets STAGE
+# The guest mounts the host's / read-only but has its own /tmp, so a build in
+# /tmp (as CI may use) would be invisible: always stage under /var/tmp.
+
+SOFTROCE_DIR=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
+VM=$SOFTROCE_DIR/vm
+
+softroce_skip_unless_vm() {
+	local reason st=0
+	reason=$("$VM" check) || st=$?
+	if ((st != 0)); then
+		printf '%s\n' "$reason"
+		exit 77
+	fi
+}
+
+softroce_stage() {
+	local build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder} t
+	STAGE=$(mktemp -d /var/tmp/rdmashim-softroce.XXXXXX)
+	# shellcheck disable=SC2064 # expand now: the path is fixed
+	trap "rm -rf '$STAGE'" EXIT
+	mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/guest"
+	for t in rdmashim tcpPingPong rdmaPingPong rdma_send rdma_recv matrix_peer; do
+		[[ -x $build/bin/$t ]] || { echo "FAIL: $build/bin/$t missing (build first)"; exit 1; }
+		install -m 755 "$build/bin/$t" "$STAGE/bin/$t"
+	done
+	# `rdmashim run` looks for the library in ../lib next to itself.
+	install -m 644 "$build/lib/librdmashim.so" "$STAGE/lib/librdmashim.so"
+	install -m 755 "$SOFTROCE_DIR"/guest/*.sh "$STAGE/guest/"
+	chmod 755 "$STAGE"
+}
+
+# Lines the guest scripts print as "@ KEY k=v ... json={...}"; vm run2
+# prefixes them with "[a] " or "[b] ". result OUT KEY -> the line's tail.
+result() { sed -n "s/^\(\[[ab]\] \)\{0,1\}@ $2 //p" <<<"$1" | tail -n 1; }
+# kv LINE NAME -> value of NAME=... (up to the next space; json= takes the rest)
+kv() {
+	if [[ $2 == json ]]; then sed -n 's/.*json=//p' <<<"$1"; else sed -n "s/.*\(^\| \)$2=\([^ ]*\).*/\2/p" <<<"$1"; fi
+}
+# jf JSON FIELD -> a number or a hex/plain string field of a one-line JSON object
+jf() { sed -n "s/.*\"$2\":\"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p" <<<"$1"; }

@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# softroce.verbs_local: in ONE guest, two processes forced onto the verbs link
+# (RDMASHIM_TRANSPORT=verbs): rdmaPingPong --transport verbs, and the
+# unmodified tcpPingPong under `rdmashim run`. Passes when both runs complete
+# and every side logged "-> verbs". Exit 77 (skip) when no guest can run.
+# env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000)
+set -euo pipefail
+source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
+
+softroce_skip_unless_vm
+softroce_stage
+# 2 vCPUs: the two ping-pong processes spin while they wait; on one vCPU
+# they would only take turns at scheduler ticks.
+export RDMASHIM_VM_SMP=${RDMASHIM_VM_SMP:-2}
+st=0
+out=$("$VM" run1 --timeout 300 -- "PP_ITERS=${PP_ITERS:-2000} bash $STAGE/guest/local_verbs.sh" 2>&1) || st=$?
+printf '%s\n' "$out" | sed 's/^/  | /'
+
+fail=0
+check() { # NAME OK(0|1) DETAIL
+	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
+}
+((st == 0)) || check "guest ran" 0 "vm run1 exited $st"
+for tool in rdmaPingPong tcpPingPong; do
+	c=$(result "$out" "$tool.client") s=$(result "$out" "$tool.server")
+	json=$(kv "$c" json) rc=$(kv "$c" rc)
+	rate=$(jf "$json" round_trips_per_s)
+	check "$tool completed" "$([[ $rc == 0 && -n $rate ]] && echo 1 || echo 0)" \
+		"rc=${rc:-none}, ${rate:-no} round trips/s, p50 $(jf "$json" p50_us) us, p99 $(jf "$json" p99_us) us"
+	for side in client server; do
+		line=$c
+		[[ $side == server ]] && line=$s
+		t=$(kv "$line" transport)
+		check "$tool $side -> verbs" "$([[ $t == verbs ]] && echo 1 || echo 0)" "logged: ${t:-nothing}"
+	done
+done
+if ((fail)); then
+	echo "softroce.verbs_local: FAILED"
+	exit 1
+fi
+echo "softroce.verbs_local: OK"
