@@ -25,7 +25,6 @@ set(RDMASHIM_KNOWN_FAILURES
   diff.fortify_chk
   # cross-host discovery (RDMA-CM) is not there yet: without RDMASHIM_PEERS an
   # rdmashim client does not find a remote rdmashim server (stays TCP)
-  softroce.discovery
 )
 
 # Called at the end of each test folder's CMakeLists.
