@@ -5,12 +5,6 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
-  # readiness: epoll corner cases (error codes, EPOLLEXCLUSIVE, nesting,
-  # timeouts, fairness), ppoll, peer close in poll
-  diff.ppoll_basic diff.poll_peer_close diff.epoll_lt_basic diff.epoll_ctl_errors
-  diff.epoll_exclusive diff.epoll_maxevents_fairness diff.epoll_timeouts diff.epoll_nested
-  # a socket registered in epoll before connect() is never taken over
-  asio.preload asio.epoll_before_connect.preload
   # non-blocking connect to a refused port; SO_RCVLOWAT
   diff.nonblock_connect_refused diff.so_rcvlowat
   # argument checking on the ring path: zero-length, EFAULT, MSG_OOB

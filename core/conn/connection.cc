@@ -796,6 +796,9 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     ssize_t r = ring_->write(iov, iovcnt, done);
     if (r < 0) return broken("ring cursor out of bounds");
     done += static_cast<size_t>(r);
+    // Bytes sent to a peer that sent FIN: TCP's would make a closed peer
+    // answer with RST (POLLERR, EPIPE); a ping on the TCP side does the same.
+    if (r > 0 && peer_wr_shut_.load(std::memory_order_relaxed)) ping_if_due();
     if (done == total) return static_cast<ssize_t>(done);
     // The ring is full. If the peer's socket is gone it will never drain.
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
