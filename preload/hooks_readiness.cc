@@ -321,7 +321,7 @@ bool reg_peek(EpollReg& r, int depth) {
   uint64_t rx = r.inner() ? 0 : r.entry->conn->rx_progress(), tx = r.inner() ? 0 : r.entry->conn->tx_progress();
   uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
   return ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) ||
-         ((ready & out) && (!(r.last_ready & out) || tx != r.last_tx)) ||
+         ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) ||
          (ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI));
 }
 
@@ -510,7 +510,9 @@ uint32_t reg_events(EpollReg& r, short kernel) {
     uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
     report = 0;
     if ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) report |= ready & in;
-    if ((ready & out) && (!(r.last_ready & out) || tx != r.last_tx)) report |= ready & out;
+    // OUT: an edge when it became true, or a write found the ring full since
+    // (last_tx 0: the direction was on TCP then).
+    if ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) report |= ready & out;
     report |= ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
     if (report) report |= ready & (EPOLLERR | EPOLLHUP);
     r.last_ready = ready;
