@@ -96,7 +96,7 @@ timespec ts_left(int64_t dl) {
   return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
 }
 
-short set_events(EpollSet& s, int epfd, short want, short kernel);
+short set_events(EpollSet& s, short want, short kernel, int depth);
 bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth);
 bool has_regs(EpollSet& s);
 
@@ -113,8 +113,8 @@ Ref managed_stream(int fd) {
 }
 
 short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
-short virtual_events(const Ref& v, int fd, short want, short kernel) {
-  return v->epoll ? set_events(*v->epoll, fd, want, kernel) : v->conn->poll_events(want, kernel);
+short virtual_events(const Ref& v, short want, short kernel) {
+  return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
 }
 
 // Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
@@ -156,7 +156,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     if (sys.poll(k.data(), nfds, 0) < 0) return -1;
     int count = 0;
     for (nfds_t i = 0; i < nfds; ++i) {
-      fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].fd, fds[i].events, k[i].revents) : k[i].revents;
+      fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
       count += fds[i].revents != 0;
     }
     if (count > 0 || expired(dl)) return count;
@@ -164,7 +164,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     for (nfds_t v : vidx) all_virtual = all_virtual && !virt[v]->epoll && virt[v]->conn->on_ring();
     auto ring_ready = [&] {
       for (nfds_t v : vidx)
-        if (virtual_events(virt[v], fds[v].fd, fds[v].events, 0)) return true;
+        if (virtual_events(virt[v], fds[v].events, 0)) return true;
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
@@ -187,7 +187,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
         k[nfds + j].fd = v->conn->doorbell();
       }
     }
-    for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].fd, fds[v].events, 0) != 0;
+    for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     int r = 0, err = 0;
     if (!ready) {
       if (use_ppoll) {
@@ -274,8 +274,7 @@ void track_epoll(int epfd) {
   if (!table().set(epfd, e)) delete e;
 }
 
-// What an epoll registration reports beyond the basic bits (the kernel's
-// EPOLLINOUT and friends), and what EPOLLEXCLUSIVE allows.
+// The readiness bits an epoll mask may ask for, and what EPOLLEXCLUSIVE allows.
 constexpr uint32_t kPollBits = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM |
                                EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP;
 constexpr uint32_t kExclusiveOk = EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | EPOLLEXCLUSIVE;
@@ -305,38 +304,53 @@ bool has_regs(EpollSet& s) {
 // An epoll set of ours as a descriptor to wait on: readable when the kernel
 // says so (its plain descriptors) or when one of its registrations would
 // report an event now. Looks only: no edge or ONESHOT state changes.
-short set_events(EpollSet& s, int epfd, short want, short kernel);
+// The kernel forbids nesting deeper than this (EP_MAX_NESTS).
+constexpr int kMaxDepth = 5;
+
+short set_events(EpollSet& s, short want, short kernel, int depth);
 
 uint32_t reg_ready(EpollReg& r, short kernel, int depth) {
   short want = static_cast<short>(r.events & kPollBits);
-  if (EpollSet* in = r.inner()) return depth > 4 ? 0 : static_cast<uint16_t>(set_events(*in, r.fd, want, kernel));
+  if (EpollSet* in = r.inner()) {
+    return depth > kMaxDepth ? 0 : static_cast<uint16_t>(set_events(*in, want, kernel, depth + 1));
+  }
   return static_cast<uint16_t>(r.entry->conn->poll_events(want, kernel));
 }
+
+// What an edge-triggered registration reports of `ready`: a condition that
+// became true, more bytes since the last look, or for OUT a write that found
+// the ring full since (TCP's edge needs SOCK_NOSPACE; last_tx 0: the
+// direction was on TCP then, and moving onto the ring is no edge).
+uint32_t edges(const EpollReg& r, uint32_t ready, uint64_t rx, uint64_t tx) {
+  constexpr uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
+  uint32_t report = ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
+  if ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) report |= ready & in;
+  if ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) report |= ready & out;
+  if (report) report |= ready & (EPOLLERR | EPOLLHUP);
+  return report;
+}
+
+uint64_t rx_of(const EpollReg& r) { return r.inner() ? 0 : r.entry->conn->rx_progress(); }
+uint64_t tx_of(const EpollReg& r) { return r.inner() ? 0 : r.entry->conn->tx_progress(); }
 
 // Whether r would report now, without changing its state.
 bool reg_peek(EpollReg& r, int depth) {
   if (r.disabled) return false;
   uint32_t ready = reg_ready(r, 0, depth);
-  if (!(r.events & EPOLLET)) return ready != 0;
-  uint64_t rx = r.inner() ? 0 : r.entry->conn->rx_progress(), tx = r.inner() ? 0 : r.entry->conn->tx_progress();
-  uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
-  return ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) ||
-         ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) ||
-         (ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI));
+  return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
 
-short set_events(EpollSet& s, int epfd, short want, short kernel) {
+short set_events(EpollSet& s, short want, short kernel, int depth) {
   short ev = static_cast<short>(kernel & (POLLIN | POLLRDNORM | POLLERR | POLLHUP | POLLNVAL));
   if (!(ev & POLLIN)) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto& r : s.regs) {
-      if (reg_peek(*r, 1)) {
+      if (reg_peek(*r, depth)) {
         ev |= POLLIN | POLLRDNORM;
         break;
       }
     }
   }
-  (void)epfd;
   return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
 }
 
@@ -505,16 +519,8 @@ uint32_t reg_events(EpollReg& r, short kernel) {
   uint32_t ready = reg_ready(r, kernel, 1);
   uint32_t report = ready;
   if (r.events & EPOLLET) {
-    uint64_t rx = r.inner() ? 0 : r.entry->conn->rx_progress(), tx = r.inner() ? 0 : r.entry->conn->tx_progress();
-    // An edge: the condition became true, or more arrived since we looked.
-    uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
-    report = 0;
-    if ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) report |= ready & in;
-    // OUT: an edge when it became true, or a write found the ring full since
-    // (last_tx 0: the direction was on TCP then).
-    if ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) report |= ready & out;
-    report |= ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
-    if (report) report |= ready & (EPOLLERR | EPOLLHUP);
+    uint64_t rx = rx_of(r), tx = tx_of(r);
+    report = edges(r, ready, rx, tx);
     r.last_ready = ready;
     r.last_rx = rx;
     r.last_tx = tx;
@@ -618,7 +624,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth) {
   for (auto& r : set.regs) {
     if (r->disabled) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < 4 && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
+      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
       continue;
     }
     Connection& c = *r->entry->conn;
@@ -646,7 +652,7 @@ bool any_on_ring(EpollSet& set, int depth) {
   for (auto& r : set.regs) {
     if (r->disabled) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < 4 && any_on_ring(*in, depth + 1)) return true;
+      if (depth < kMaxDepth && any_on_ring(*in, depth + 1)) return true;
     } else if (r->entry->conn->on_ring()) {
       return true;
     }
