@@ -15,8 +15,6 @@ set(RDMASHIM_KNOWN_FAILURES
   diff.proc_exec_inherit_cold
   # intermittent (1 in 10 to 15 runs): daemonize transcript
   diff.proc_daemonize
-  # the _FORTIFY_SOURCE build of the scenarios
-  diff.fortify_chk
 )
 
 # Called at the end of each test folder's CMakeLists.
