@@ -600,7 +600,8 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
   set.virt_owed = false;
   if (ours_first) have = scan_virtual(set, ev, 0, max);
   // Our tagged events take slots in the kernel's answer: ask again while
-  // only those came back and room is left.
+  // only those filled it (not after one of the application's came back: a
+  // level-triggered one would come again, and the kernel never repeats one).
   for (int turn = 0; turn < 4 && have < max; ++turn) {
     int room = max - have;
     int n = real().epoll_pwait(epfd, ev + have, room, 0, nullptr);
@@ -610,7 +611,7 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
     }
     int kept = keep_user_events(set, ev + have, n);
     have += kept;
-    if (kept == n || n < room) break;
+    if (kept > 0 || n < room) break;
   }
   if (!ours_first) have = scan_virtual(set, ev, have, max);
   return have;
