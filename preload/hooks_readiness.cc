@@ -36,10 +36,11 @@
 
 namespace rdmashim::preload {
 
-// What we keep about one upgradable socket in one epoll set.
+// What we keep about one upgradable socket (or one epoll set of ours that
+// holds such sockets: nesting) in one epoll set.
 struct EpollReg {
   int fd;
-  Ref entry;              // keeps the Connection alive while registered
+  Ref entry;              // keeps the Connection (or the inner EpollSet) alive while registered
   uint32_t events;        // the application's mask, flags included
   epoll_data_t data;      // returned untouched
   bool disabled = false;  // EPOLLONESHOT fired; MOD re-arms
@@ -47,12 +48,22 @@ struct EpollReg {
   // Edge-trigger state: what we saw at the last check.
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;
+  EpollSet* inner() const { return entry->epoll.get(); }
+};
+
+// A registration the kernel holds natively for a socket that may still
+// become an upgradable stream (added before connect() completed).
+struct NativeReg {
+  int fd;
+  epoll_event ev;
 };
 
 struct EpollSet {
   std::mutex mu;
   std::vector<std::unique_ptr<EpollReg>> regs;
-  int rotate = 0;  // fairness when more are ready than fit
+  std::vector<NativeReg> natives;
+  int rotate = 0;          // fairness among our registrations when more are ready than fit
+  bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
   uint64_t tag() const { return reinterpret_cast<uintptr_t>(this); }
   EpollReg* find(int fd) {
     for (auto& r : regs)
@@ -85,11 +96,25 @@ timespec ts_left(int64_t dl) {
   return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
 }
 
-// The stream behind fd if its readiness is ours to compute: on a ring, or
-// still in the handshake (whose bytes the application must not be woken for).
+short set_events(EpollSet& s, short want, short kernel, int depth);
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth);
+bool has_regs(EpollSet& s);
+
+// The entry behind fd if its readiness is ours to compute: a stream on a
+// ring or still in the handshake (whose bytes the application must not be
+// woken for), or an epoll set of ours holding such streams.
 Ref managed_stream(int fd) {
   if (fd < 0) return Ref();
+  Ref e = table().get(fd);
+  if (!e) return e;
+  if (e->kind.load() == Entry::Kind::kEpoll) return e->epoll && has_regs(*e->epoll) ? std::move(e) : Ref();
+  e = Ref();
   return active_stream(fd);
+}
+
+short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
+short virtual_events(const Ref& v, short want, short kernel) {
+  return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
 }
 
 // Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
@@ -126,44 +151,45 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
   for (;;) {
     // A handshake may have moved a direction to the ring since the last turn.
     for (nfds_t i = 0; i < nfds; ++i) {
-      k[i] = {fds[i].fd, virt[i] ? virt[i]->conn->kernel_interest(fds[i].events) : fds[i].events, 0};
+      k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
     }
     if (sys.poll(k.data(), nfds, 0) < 0) return -1;
     int count = 0;
     for (nfds_t i = 0; i < nfds; ++i) {
-      fds[i].revents = virt[i] ? virt[i]->conn->poll_events(fds[i].events, k[i].revents) : k[i].revents;
+      fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
       count += fds[i].revents != 0;
     }
     if (count > 0 || expired(dl)) return count;
     bool all_virtual = vidx.size() == nfds;
-    for (nfds_t v : vidx) all_virtual = all_virtual && virt[v]->conn->on_ring();
+    for (nfds_t v : vidx) all_virtual = all_virtual && !virt[v]->epoll && virt[v]->conn->on_ring();
     auto ring_ready = [&] {
       for (nfds_t v : vidx)
-        if (virt[v]->conn->poll_events(fds[v].events, 0)) return true;
+        if (virtual_events(virt[v], fds[v].events, 0)) return true;
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
     if (spin_for(dl, ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
-    // kernel descriptors and the doorbells together.
-    // Those still in the handshake wake the kernel wait by their TCP bytes.
-    std::vector<Connection*> armed;
-    for (nfds_t v : vidx) {
-      Connection* c = virt[v]->conn.get();
-      if (!c->on_ring()) continue;
-      c->arm();
-      armed.push_back(c);
-    }
+    // kernel descriptors and the doorbells together. Those still in the
+    // handshake wake the kernel wait by their TCP bytes; an epoll set of
+    // ours by its own descriptor (its doorbells are registered in it).
+    std::vector<Ref> armed;
     bool ready = false;
-    for (nfds_t v : vidx) ready = ready || virt[v]->conn->poll_events(fds[v].events, 0) != 0;
+    for (size_t j = 0; j < vidx.size(); ++j) {
+      const Ref& v = virt[vidx[j]];
+      k[nfds + j] = {-1, POLLIN, 0};
+      if (v->epoll) {
+        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1) || ready;
+      } else if (v->conn->on_ring()) {
+        v->conn->arm();
+        armed.push_back(share(v.get()));
+        k[nfds + j].fd = v->conn->doorbell();
+      }
+    }
+    for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     int r = 0, err = 0;
     if (!ready) {
-      for (size_t j = 0; j < vidx.size(); ++j) {
-        Connection* c = virt[vidx[j]]->conn.get();
-        bool was_armed = std::find(armed.begin(), armed.end(), c) != armed.end();
-        k[nfds + j] = {was_armed ? c->doorbell() : -1, POLLIN, 0};
-      }
       if (use_ppoll) {
         timespec t = ts_left(dl);
         r = sys.ppoll(k.data(), k.size(), dl == kForever ? nullptr : &t, mask);
@@ -172,7 +198,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
       }
       err = errno;
     }
-    for (Connection* c : armed) c->disarm();
+    for (auto& a : armed) a->conn->disarm();
     if (r < 0) {
       errno = err;
       return -1;  // EINTR included: poll is never restarted
@@ -248,43 +274,238 @@ void track_epoll(int epfd) {
   if (!table().set(epfd, e)) delete e;
 }
 
-constexpr uint32_t kKernelEvents = EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLET;
+// The readiness bits an epoll mask may ask for, and what EPOLLEXCLUSIVE allows.
+constexpr uint32_t kPollBits = EPOLLIN | EPOLLPRI | EPOLLOUT | EPOLLRDNORM | EPOLLRDBAND | EPOLLWRNORM |
+                               EPOLLWRBAND | EPOLLMSG | EPOLLRDHUP;
+constexpr uint32_t kExclusiveOk = EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | EPOLLEXCLUSIVE;
 
-int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, Ref stream) {
-  std::lock_guard<std::mutex> lock(set.mu);
-  EpollReg* reg = set.find(fd);
+// The kernel registration under our tag: only the directions the
+// application asked for, edge-triggered, so an idle socket (or a writable
+// TCP side under a ring) never makes the set itself look readable.
+epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
   epoll_event k{};
-  k.events = kKernelEvents;
+  k.events = EPOLLET;
+  if (is_set) {
+    k.events |= EPOLLIN;
+  } else {
+    if (app & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP)) k.events |= EPOLLIN | EPOLLRDHUP;
+    if (app & (EPOLLOUT | EPOLLWRNORM)) k.events |= EPOLLOUT;
+    if (app & EPOLLPRI) k.events |= EPOLLPRI;
+  }
   k.data.u64 = set.tag();
+  return k;
+}
+
+bool has_regs(EpollSet& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return !s.regs.empty();
+}
+
+// An epoll set of ours as a descriptor to wait on: readable when the kernel
+// says so (its plain descriptors) or when one of its registrations would
+// report an event now. Looks only: no edge or ONESHOT state changes.
+// The kernel forbids nesting deeper than this (EP_MAX_NESTS).
+constexpr int kMaxDepth = 5;
+
+short set_events(EpollSet& s, short want, short kernel, int depth);
+
+uint32_t reg_ready(EpollReg& r, short kernel, int depth) {
+  short want = static_cast<short>(r.events & kPollBits);
+  if (EpollSet* in = r.inner()) {
+    return depth > kMaxDepth ? 0 : static_cast<uint16_t>(set_events(*in, want, kernel, depth + 1));
+  }
+  return static_cast<uint16_t>(r.entry->conn->poll_events(want, kernel));
+}
+
+// What an edge-triggered registration reports of `ready`: a condition that
+// became true, more bytes since the last look, or for OUT a write that found
+// the ring full since (TCP's edge needs SOCK_NOSPACE; last_tx 0: the
+// direction was on TCP then, and moving onto the ring is no edge).
+uint32_t edges(const EpollReg& r, uint32_t ready, uint64_t rx, uint64_t tx) {
+  constexpr uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
+  uint32_t report = ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
+  if ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) report |= ready & in;
+  if ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) report |= ready & out;
+  if (report) report |= ready & (EPOLLERR | EPOLLHUP);
+  return report;
+}
+
+uint64_t rx_of(const EpollReg& r) { return r.inner() ? 0 : r.entry->conn->rx_progress(); }
+uint64_t tx_of(const EpollReg& r) { return r.inner() ? 0 : r.entry->conn->tx_progress(); }
+
+// Whether r would report now, without changing its state.
+bool reg_peek(EpollReg& r, int depth) {
+  if (r.disabled) return false;
+  uint32_t ready = reg_ready(r, 0, depth);
+  return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
+}
+
+short set_events(EpollSet& s, short want, short kernel, int depth) {
+  short ev = static_cast<short>(kernel & (POLLIN | POLLRDNORM | POLLERR | POLLHUP | POLLNVAL));
+  if (!(ev & POLLIN)) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& r : s.regs) {
+      if (reg_peek(*r, depth)) {
+        ev |= POLLIN | POLLRDNORM;
+        break;
+      }
+    }
+  }
+  return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Registrations the kernel holds natively for sockets that have since become
+// upgradable streams move under our tag, with the application's mask and data.
+void adopt_natives(EpollSet& set, int epfd) {
+  for (size_t i = 0; i < set.natives.size();) {
+    NativeReg n = set.natives[i];
+    Ref e = table().get(n.fd);
+    if (!e) {  // not connected yet (or closed: the kernel dropped it too)
+      ++i;
+      continue;
+    }
+    bool pending = e->kind.load() == Entry::Kind::kPending;
+    e = Ref();
+    Ref s = active_stream(n.fd);
+    if (!s) {
+      if (pending) {
+        Ref again = table().get(n.fd);
+        if (again && again->kind.load() == Entry::Kind::kPending) {
+          ++i;  // still connecting
+          continue;
+        }
+      }
+      set.natives.erase(set.natives.begin() + static_cast<long>(i));  // plain for good
+      continue;
+    }
+    set.natives.erase(set.natives.begin() + static_cast<long>(i));
+    epoll_event k = kernel_reg(set, n.ev.events, false);
+    if (set.find(n.fd) || real().epoll_ctl(epfd, EPOLL_CTL_MOD, n.fd, &k) != 0) continue;
+    auto r = std::make_unique<EpollReg>();
+    r->fd = n.fd;
+    r->entry = std::move(s);
+    r->events = n.ev.events;
+    r->data = n.ev.data;
+    set.regs.push_back(std::move(r));
+  }
+}
+
+void drop_native(EpollSet& set, int fd) {
+  std::erase_if(set.natives, [&](const NativeReg& n) { return n.fd == fd; });
+}
+
+// A TCP socket that is not connected (yet): it may become a stream later.
+bool may_become_stream(int fd) {
+  Ref e = table().get(fd);
+  if (e) return e->kind.load() == Entry::Kind::kPending;
+  int type = 0, domain = 0;
+  socklen_t len = sizeof type;
+  if (real().getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return false;
+  len = sizeof domain;
+  if (real().getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return false;
+  if (domain != AF_INET && domain != AF_INET6) return false;
+  sockaddr_storage peer{};
+  len = sizeof peer;
+  return real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN;
+}
+
+// epoll_ctl for a descriptor the kernel alone handles; remembers sockets
+// that may become streams while registered. set.mu held.
+int epoll_ctl_native(EpollSet& set, int epfd, int op, int fd, epoll_event* ev) {
+  int r = real().epoll_ctl(epfd, op, fd, ev);
+  if (r != 0) return r;
+  int saved = errno;
+  if (op == EPOLL_CTL_DEL) {
+    drop_native(set, fd);
+  } else if (op == EPOLL_CTL_MOD) {
+    for (auto& n : set.natives)
+      if (n.fd == fd) n.ev = *ev;
+  } else if (op == EPOLL_CTL_ADD) {
+    drop_native(set, fd);  // a number reused after close
+    if (!(ev->events & EPOLLEXCLUSIVE) && may_become_stream(fd)) set.natives.push_back({fd, *ev});
+  }
+  errno = saved;
+  return 0;
+}
+
+// Forgets our registration of fd if that descriptor was closed since (the
+// kernel forgot it then), whatever the number names now. set.mu held.
+void drop_stale(EpollSet& set, int fd, const Ref& target) {
+  EpollReg* reg = set.find(fd);
+  if (!reg) return;
+  bool closed;
+  {
+    std::lock_guard<std::mutex> l(reg->entry->mu);
+    closed = reg->entry->alias_count == 0;
+  }
+  if (closed || (target && reg->entry.get() != target.get())) {
+    set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
+  }
+}
+
+// set.mu held. `target` is the stream, or the inner epoll set's entry.
+int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, Ref target) {
+  // The kernel's order: the event is copied first, then EPOLLEXCLUSIVE's rules.
+  if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev) return errno = EFAULT, -1;
+  EpollReg* reg = set.find(fd);
+  bool is_set = reg ? reg->inner() != nullptr : (target && target->epoll != nullptr);
+  if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && (ev->events & EPOLLEXCLUSIVE)) {
+    if (op == EPOLL_CTL_MOD || is_set || (ev->events & ~kExclusiveOk)) return errno = EINVAL, -1;
+  }
   switch (op) {
     case EPOLL_CTL_ADD: {
       if (reg) return errno = EEXIST, -1;
-      if (!ev) return errno = EFAULT, -1;
-      if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &k) != 0) return -1;  // EBADF, EINVAL, EPERM, ELOOP...
+      epoll_event k = kernel_reg(set, ev->events, is_set);
+      if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &k) != 0) return -1;  // EBADF, EINVAL, EPERM, ELOOP, EEXIST...
+      drop_native(set, fd);
       auto r = std::make_unique<EpollReg>();
       r->fd = fd;
-      r->entry = std::move(stream);
+      r->entry = std::move(target);
       r->events = ev->events;
       r->data = ev->data;
       set.regs.push_back(std::move(r));
       return 0;
     }
-    case EPOLL_CTL_MOD:
-      if (!reg) return errno = ENOENT, -1;
-      if (!ev) return errno = EFAULT, -1;
+    case EPOLL_CTL_MOD: {
+      if (reg && (reg->events & EPOLLEXCLUSIVE)) return errno = EINVAL, -1;
+      // Also re-arms the kernel's edge, and converts a native registration
+      // (made before the socket became a stream); ENOENT if there is none.
+      epoll_event k = kernel_reg(set, ev->events, is_set);
+      if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &k) != 0) {
+        int err = errno;
+        if (reg && err == ENOENT) {  // the descriptor was closed meanwhile
+          set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
+        }
+        return errno = err, -1;
+      }
+      if (!reg) {
+        if (!target) return errno = ENOENT, -1;
+        drop_native(set, fd);
+        auto r = std::make_unique<EpollReg>();
+        r->fd = fd;
+        r->entry = std::move(target);
+        reg = r.get();
+        set.regs.push_back(std::move(r));
+      }
       reg->events = ev->events;
       reg->data = ev->data;
       reg->disabled = false;
       reg->last_ready = 0;  // a MOD re-reports what is ready now, as the kernel does
       return 0;
+    }
     case EPOLL_CTL_DEL: {
-      if (!reg) return errno = ENOENT, -1;
+      if (!reg) {
+        drop_native(set, fd);
+        return real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+      }
       real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-      Connection* c = reg->entry->conn.get();
-      bool shared = false;
-      for (auto& r : set.regs)
-        if (r.get() != reg && r->entry->conn.get() == c) shared = true;
-      if (reg->doorbell_added && !shared) real().epoll_ctl(epfd, EPOLL_CTL_DEL, c->doorbell(), nullptr);
+      if (!reg->inner()) {
+        Connection* c = reg->entry->conn.get();
+        bool shared = false;
+        for (auto& r : set.regs)
+          if (r.get() != reg && r->entry->conn.get() == c) shared = true;
+        if (reg->doorbell_added && !shared) real().epoll_ctl(epfd, EPOLL_CTL_DEL, c->doorbell(), nullptr);
+      }
       set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
       return 0;
     }
@@ -295,18 +516,11 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
 // Ready events of one registration, honouring edge triggering and ONESHOT.
 uint32_t reg_events(EpollReg& r, short kernel) {
   if (r.disabled) return 0;
-  Connection& c = *r.entry->conn;
-  short want = static_cast<short>(r.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
-  uint32_t ready = static_cast<uint16_t>(c.poll_events(want, kernel));
+  uint32_t ready = reg_ready(r, kernel, 1);
   uint32_t report = ready;
   if (r.events & EPOLLET) {
-    uint64_t rx = c.rx_progress(), tx = c.tx_progress();
-    report = 0;
-    // An edge: the condition became true, or more arrived since we looked.
-    if ((ready & EPOLLIN) && (!(r.last_ready & EPOLLIN) || rx != r.last_rx)) report |= EPOLLIN;
-    if ((ready & EPOLLOUT) && (!(r.last_ready & EPOLLOUT) || tx != r.last_tx)) report |= EPOLLOUT;
-    report |= ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
-    if (report) report |= ready & (EPOLLERR | EPOLLHUP);
+    uint64_t rx = rx_of(r), tx = tx_of(r);
+    report = edges(r, ready, rx, tx);
     r.last_ready = ready;
     r.last_rx = rx;
     r.last_tx = tx;
@@ -324,9 +538,10 @@ int keep_user_events(const EpollSet& set, epoll_event* ev, int n) {
   return out;
 }
 
-// Appends ready registrations after `have` events; returns the new count.
-int scan_virtual(EpollSet& set, int epfd, epoll_event* ev, int have, int max) {
-  std::lock_guard<std::mutex> lock(set.mu);
+// Forgets registrations whose descriptors are gone, and hands connections
+// that settled on plain TCP back to the kernel. set.mu held.
+void tidy(EpollSet& set, int epfd) {
+  adopt_natives(set, epfd);
   std::erase_if(set.regs, [&](auto& r) {
     {
       // Registrations whose descriptors were all closed are gone for the kernel too.
@@ -335,37 +550,86 @@ int scan_virtual(EpollSet& set, int epfd, epoll_event* ev, int have, int max) {
     }
     // A connection that settled on plain TCP goes back to the kernel with the
     // application's own mask and data: nothing of ours left in its path.
-    if (r->entry->conn->passthrough() && !r->disabled) {
+    if (!r->inner() && r->entry->conn->passthrough() && !r->disabled) {
       epoll_event k{r->events, r->data};
       return real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0;
     }
     return false;
   });
+}
+
+// Appends ready registrations after `have` events; returns the new count.
+// set.mu held.
+int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
   size_t n = set.regs.size();
-  if (n == 0 || have >= max) return have;
+  if (n == 0) return have;
+  if (have >= max) {
+    // No room: if ours are ready they go first next time (the kernel's list
+    // rotates level-triggered events the same way).
+    for (auto& r : set.regs)
+      if (reg_peek(*r, 1)) set.virt_owed = true;
+    return have;
+  }
   std::vector<pollfd> k(n);
   for (size_t i = 0; i < n; ++i) {
-    Connection& c = *set.regs[i]->entry->conn;
-    k[i] = {set.regs[i]->fd, c.kernel_interest(static_cast<short>(set.regs[i]->events & 0xffff)), 0};
+    EpollReg& r = *set.regs[i];
+    short want = static_cast<short>(r.events & kPollBits);
+    k[i] = {r.fd, r.inner() ? want : r.entry->conn->kernel_interest(want), 0};
   }
   real().poll(k.data(), n, 0);
   size_t start = static_cast<size_t>(set.rotate++) % n;
-  for (size_t j = 0; j < n && have < max; ++j) {
+  for (size_t j = 0; j < n; ++j) {
     size_t i = (start + j) % n;
+    if (have >= max) {
+      if (reg_peek(*set.regs[i], 1)) set.virt_owed = true;
+      continue;
+    }
     uint32_t e = reg_events(*set.regs[i], k[i].revents);
     if (e) ev[have++] = epoll_event{e, set.regs[i]->data};
   }
   return have;
 }
 
+// One look without sleeping: the kernel's events for plain descriptors and
+// ours, fairly when they do not all fit.
+int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
+  std::lock_guard<std::mutex> lock(set.mu);
+  tidy(set, epfd);
+  int have = 0;
+  bool ours_first = set.virt_owed;
+  set.virt_owed = false;
+  if (ours_first) have = scan_virtual(set, ev, 0, max);
+  // Our tagged events take slots in the kernel's answer: ask again while
+  // only those filled it (not after one of the application's came back: a
+  // level-triggered one would come again, and the kernel never repeats one).
+  for (int turn = 0; turn < 4 && have < max; ++turn) {
+    int room = max - have;
+    int n = real().epoll_pwait(epfd, ev + have, room, 0, nullptr);
+    if (n < 0) {
+      if (have > 0) break;
+      return -1;
+    }
+    int kept = keep_user_events(set, ev + have, n);
+    have += kept;
+    if (kept > 0 || n < room) break;
+  }
+  if (!ours_first) have = scan_virtual(set, ev, have, max);
+  return have;
+}
+
 // Arms every upgraded registration (adding its doorbell to the kernel set
-// once); returns true if one turned ready meanwhile.
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed) {
+// once), inner sets' included; returns true if one turned ready meanwhile.
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth) {
   std::lock_guard<std::mutex> lock(set.mu);
   bool ready = false;
   for (auto& r : set.regs) {
+    if (r->disabled) continue;
+    if (EpollSet* in = r->inner()) {
+      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
+      continue;
+    }
     Connection& c = *r->entry->conn;
-    if (r->disabled || !c.on_ring()) continue;
+    if (!c.on_ring()) continue;
     if (!r->doorbell_added) {
       epoll_event k{};
       k.events = EPOLLIN | EPOLLET;
@@ -375,60 +639,74 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed) {
     }
     c.arm();
     armed.push_back(share(r->entry.get()));
-    short want = static_cast<short>(r->events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP));
-    if (!(r->events & EPOLLET) && c.poll_events(want, 0)) ready = true;
-    if ((r->events & EPOLLET) && c.rx_progress() != r->last_rx) ready = true;
   }
+  // Checked after arming: a change from now on rings a doorbell.
+  for (auto& r : set.regs)
+    if (reg_peek(*r, depth)) ready = true;
   return ready;
 }
 
-int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask,
-                     bool with_mask) {
+// Whether any registration (inner sets' included) is on a ring, so spinning
+// on the rings can pay off.
+bool any_on_ring(EpollSet& set, int depth) {
+  std::lock_guard<std::mutex> lock(set.mu);
+  for (auto& r : set.regs) {
+    if (r->disabled) continue;
+    if (EpollSet* in = r->inner()) {
+      if (depth < kMaxDepth && any_on_ring(*in, depth + 1)) return true;
+    } else if (r->entry->conn->on_ring()) {
+      return true;
+    }
+  }
+  return false;
+}
+
+bool any_peek(EpollSet& set) {
+  std::lock_guard<std::mutex> lock(set.mu);
+  for (auto& r : set.regs)
+    if (reg_peek(*r, 1)) return true;
+  return false;
+}
+
+int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask) {
   for (;;) {
-    int n = real().epoll_pwait(epfd, ev, max, 0, nullptr);
-    if (n < 0) return -1;
-    int have = scan_virtual(set, epfd, ev, keep_user_events(set, ev, n), max);
-    if (have > 0 || expired(dl)) return have;
+    int have = collect(set, epfd, ev, max);
+    if (have != 0 || expired(dl)) return have;
 
     // Spin on the rings (and now and then on the kernel's list) first.
-    std::vector<std::pair<Ref, short>> watch;
-    {
-      std::lock_guard<std::mutex> lock(set.mu);
-      for (auto& r : set.regs) {
-        if (r->disabled || !r->entry->conn->on_ring()) continue;
-        watch.emplace_back(share(r->entry.get()), static_cast<short>(r->events & (EPOLLIN | EPOLLOUT)));
-      }
+    if (any_on_ring(set, 1)) {
+      auto ring_ready = [&] { return any_peek(set); };
+      auto kernel_ready = [&] {
+        pollfd p{epfd, POLLIN, 0};
+        return real().poll(&p, 1, 0) > 0;
+      };
+      if (spin_for(dl, ring_ready, kernel_ready)) continue;
     }
-    bool kernel_has_more = false;
-    auto ring_ready = [&] {
-      for (auto& [e, want] : watch)
-        if (e->conn->poll_events(want, 0)) return true;
-      return false;
-    };
-    auto kernel_ready = [&] {
-      pollfd p{epfd, POLLIN, 0};
-      return kernel_has_more = real().poll(&p, 1, 0) > 0;
-    };
-    if (!watch.empty() && spin_for(dl, ring_ready, kernel_ready)) continue;
 
+    // Sleep on the kernel's list (plain descriptors, our tagged sockets'
+    // TCP sides, the doorbells), then merge as above.
     std::vector<Ref> armed;
-    bool ready = arm_all(set, epfd, armed);
-    int err = 0;
+    bool ready = arm_all(set, epfd, armed, 1);
+    int n = 0, err = 0;
     if (!ready) {
       timespec t = ts_left(dl);
-      n = real().epoll_pwait2(epfd, ev, max, dl == kForever ? nullptr : &t, with_mask ? mask : nullptr);
+      n = real().epoll_pwait2(epfd, ev, max, dl == kForever ? nullptr : &t, mask);
       err = errno;
-    } else {
-      n = 0;
     }
-    for (auto& r : armed) r->conn->disarm();
+    for (auto& a : armed) a->conn->disarm();
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
     }
-    have = scan_virtual(set, epfd, ev, keep_user_events(set, ev, n), max);
+    std::lock_guard<std::mutex> lock(set.mu);
+    tidy(set, epfd);
+    have = scan_virtual(set, ev, keep_user_events(set, ev, n), max);
     if (have > 0) return have;
   }
+}
+
+bool bad_timespec(const timespec* ts) {
+  return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
 }
 
 }  // namespace
@@ -446,12 +724,20 @@ int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
 }
 
 int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
-  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
+  // A bad timeout is the kernel's EINVAL before anything else.
+  if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
   return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
 }
 
+int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < nfds) abort();  // glibc's __chk_fail, minus the message
+  return ppoll(fds, nfds, ts, mask);
+}
+
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
-  if (!select_has_managed_stream(nfds, r, w, e)) return real().select(nfds, r, w, e, tv);
+  if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_has_managed_stream(nfds, r, w, e)) {
+    return real().select(nfds, r, w, e, tv);
+  }
   int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;
   int n = select_mixed(nfds, r, w, e, dl, nullptr, false);
   if (tv) {  // Linux reports the time left
@@ -463,7 +749,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
 }
 
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
-  if (!select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
+  if (bad_timespec(ts) || !select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
   return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
 }
 
@@ -481,41 +767,41 @@ int epoll_create1(int flags) {
 
 int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (set) {
-    // Upgradable streams (not yet decided, or on a ring) are ours; so is a
-    // descriptor we registered earlier, until it is deleted.
-    Ref s = active_stream(fd);
-    bool known = false;
-    {
-      std::lock_guard<std::mutex> lock(set->mu);
-      known = set->find(fd) != nullptr;
-    }
-    if (s || known) {
-      int saved = errno;
-      int r = epoll_ctl_virtual(*set, epfd, op, fd, ev, std::move(s));
-      if (r == 0) errno = saved;
-      return r;
-    }
+  if (!set) return real().epoll_ctl(epfd, op, fd, ev);
+  // Upgradable streams (not yet decided, or on a ring) and our own epoll
+  // sets are ours; so is a descriptor we registered earlier, until deleted.
+  Ref target = table().get(fd);
+  if (!target || target->kind.load() != Entry::Kind::kEpoll || !target->epoll) {
+    target = Ref();
+    target = active_stream(fd);
   }
-  return real().epoll_ctl(epfd, op, fd, ev);
+  std::lock_guard<std::mutex> lock(set->mu);
+  drop_stale(*set, fd, target);
+  int saved = errno;
+  int r = target || set->find(fd) ? epoll_ctl_virtual(*set, epfd, op, fd, ev, std::move(target))
+                                  : epoll_ctl_native(*set, epfd, op, fd, ev);
+  if (r == 0) errno = saved;
+  return r;
 }
 
 int epoll_wait(int epfd, epoll_event* ev, int max, int timeout) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
   if (!set || max <= 0 || !ev) return real().epoll_pwait(epfd, ev, max, timeout, nullptr);
-  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), nullptr, false);
+  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), nullptr);
 }
 
 int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
   if (!set || max <= 0 || !ev) return real().epoll_pwait(epfd, ev, max, timeout, mask);
-  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), mask, true);
+  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), mask);
 }
 
 int epoll_pwait2(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set || max <= 0 || !ev) return real().epoll_pwait2(epfd, ev, max, ts, mask);
-  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ts(ts), mask, true);
+  if (!set || max <= 0 || !ev || bad_timespec(ts)) {
+    return real().epoll_pwait2(epfd, ev, max, ts, mask);
+  }
+  return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ts(ts), mask);
 }
 
 }  // extern "C"

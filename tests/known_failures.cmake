@@ -5,12 +5,6 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
-  # readiness: epoll corner cases (error codes, EPOLLEXCLUSIVE, nesting,
-  # timeouts, fairness), ppoll, peer close in poll
-  diff.ppoll_basic diff.poll_peer_close diff.epoll_lt_basic diff.epoll_ctl_errors
-  diff.epoll_exclusive diff.epoll_maxevents_fairness diff.epoll_timeouts diff.epoll_nested
-  # a socket registered in epoll before connect() is never taken over
-  asio.preload asio.epoll_before_connect.preload
   # non-blocking connect to a refused port; SO_RCVLOWAT
   diff.nonblock_connect_refused diff.so_rcvlowat
   # argument checking on the ring path: zero-length, EFAULT, MSG_OOB
@@ -19,12 +13,8 @@ set(RDMASHIM_KNOWN_FAILURES
   diff.shutdown_rd diff.shutdown_rdwr diff.close_linger0_rst diff.close_unread_rst diff.close_range_reuse
   # exec of an unused socket
   diff.proc_exec_inherit_cold
-  # intermittent (1 in 10 to 15 runs): a stale edge after a wait; daemonize transcript
-  diff.epoll_et_out diff.proc_daemonize
-  # the _FORTIFY_SOURCE build of the scenarios
-  diff.fortify_chk
-  # cross-host discovery (RDMA-CM) is not there yet: without RDMASHIM_PEERS an
-  # rdmashim client does not find a remote rdmashim server (stays TCP)
+  # intermittent (1 in 10 to 15 runs): daemonize transcript
+  diff.proc_daemonize
 )
 
 # Called at the end of each test folder's CMakeLists.

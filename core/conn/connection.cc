@@ -924,7 +924,11 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     ssize_t r = ring_->write(iov, iovcnt, done);
     if (r < 0) return broken("ring cursor out of bounds");
     done += static_cast<size_t>(r);
+    // Bytes sent to a peer that sent FIN: TCP's would make a closed peer
+    // answer with RST (POLLERR, EPIPE); a ping on the TCP side does the same.
+    if (r > 0 && peer_wr_shut_.load(std::memory_order_relaxed)) ping_if_due();
     if (done == total) return static_cast<ssize_t>(done);
+    tx_full_.fetch_add(1, std::memory_order_relaxed);
     // The ring is full. If the peer's socket is gone it will never drain.
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
     if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
@@ -1139,8 +1143,11 @@ uint64_t Connection::rx_progress() const {
   return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
 }
 
+// Bit 63 marks "on the ring", so a caller can tell the switch itself from
+// a write that found the ring full.
 uint64_t Connection::tx_progress() const {
-  return tx_ring_.load(std::memory_order_acquire) ? ring_->link().peer_head() : 0;
+  return tx_ring_.load(std::memory_order_acquire) ? tx_full_.load(std::memory_order_relaxed) | (uint64_t{1} << 63)
+                                                  : 0;
 }
 
 int64_t Connection::unread_bytes() const {

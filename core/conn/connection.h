@@ -78,7 +78,9 @@ class Connection {
   int doorbell();
   void arm();
   void disarm();
-  // Counters that move when bytes (credit) arrive, for edge-triggered epoll.
+  // Counters for edge-triggered epoll, 0 while the direction is on TCP:
+  // rx moves when bytes arrive; tx when a write found the ring full (as
+  // TCP's EPOLLOUT edge needs SOCK_NOSPACE: credit alone is no edge).
   uint64_t rx_progress() const;
   uint64_t tx_progress() const;
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
@@ -237,6 +239,7 @@ class Connection {
   std::atomic<bool> tx_ring_{false};     // tx_ == Tx::kRing
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
+  std::atomic<uint64_t> tx_full_{0};       // writes that found the ring full (edge-triggered EPOLLOUT)
 };
 
 }  // namespace rdmashim
