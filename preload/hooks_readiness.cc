@@ -450,6 +450,11 @@ int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
   return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
 }
 
+int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < nfds) abort();
+  return ppoll(fds, nfds, ts, mask);
+}
+
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
   if (!select_has_managed_stream(nfds, r, w, e)) return real().select(nfds, r, w, e, tv);
   int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;

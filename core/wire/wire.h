@@ -80,7 +80,16 @@ enum class FrameType : uint16_t {
   kPlain = 3,   // no payload: further bytes in this direction are raw TCP
   kClose = 4,   // payload: u64 final ring position; sender shut down writing
   kPing = 5,    // no payload: liveness probe while the ring is full
+  kUrgent = 16, // payload: Urgent; MSG_OOB on a ring (the byte is not in the ring)
 };
+
+// The urgent byte of a send(MSG_OOB) on a ring, and where in the stream its mark is.
+struct Urgent {
+  uint64_t position;  // ring bytes before the mark
+  uint8_t byte;
+  uint8_t reserved[7];
+};
+static_assert(sizeof(Urgent) == 16);
 
 // Header of every frame after Hello/Ack.
 //  0  length   u32 payload bytes that follow
@@ -104,6 +113,7 @@ inline bool valid(const FrameHeader& h) {
     case FrameType::kPlain:
     case FrameType::kPing: return h.length == 0;
     case FrameType::kClose: return h.length == sizeof(uint64_t);
+    case FrameType::kUrgent: return h.length == sizeof(Urgent);
   }
   return false;
 }
