@@ -171,8 +171,8 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
   for (int fd : names) attach(fd, e);
 }
 
-void track_client(int fd, const sockaddr* peer, socklen_t len) {
-  if (!discovery::peer_advertised(peer, len)) {
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) {
+  if (!advertised) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
@@ -200,19 +200,23 @@ extern "C" {
 int socket(int domain, int type, int protocol) { return real().socket(domain, type, protocol); }
 
 int connect(int fd, const sockaddr* addr, socklen_t len) {
-  int r = real().connect(fd, addr, len);
-  if (r != 0 && errno != EINPROGRESS) return r;
   int saved = errno;
-  if (config().disabled || !addr || table().get(fd) || !is_tcp_socket(fd)) {
-    errno = saved;
-    return r;
-  }
+  bool ours = !config().disabled && addr && len >= sizeof(sa_family_t) &&
+              (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && !table().get(fd) && is_tcp_socket(fd);
+  // Asked before connecting: a one-shot server may close its listener, and
+  // with it the advertisement, the moment it has accepted us.
+  bool advertised = ours && discovery::peer_advertised(addr, len);
+  errno = saved;
+  int r = real().connect(fd, addr, len);
+  if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
+  saved = errno;
   if (r == 0) {
-    track_client(fd, addr, len);
+    track_client(fd, addr, len, advertised);
   } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
     memcpy(&e->peer, addr, len < sizeof e->peer ? len : sizeof e->peer);
     e->peer_len = len;
+    e->advertised = advertised;
     attach(fd, e);
   }
   errno = saved;
