@@ -952,6 +952,21 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     if (peer_gone_.load(std::memory_order_relaxed) && tcp_done_.load(std::memory_order_relaxed)) {
       return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
     }
+    uint64_t now = 0;
+    if (done == 0 && peer_wr_shut_.load(std::memory_order_relaxed) &&
+        (now = now_ns()) - last_ping_ns_ >= uint64_t{kPingIntervalMs} * 1'000'000) {
+      // The peer sent its FIN; if its socket is closed, TCP data would draw
+      // an RST (POLLERR, SO_ERROR EPIPE) and a later write fails. A Ping does
+      // the same on the TCP side; a peer that only half-closed eats it. At
+      // most one per interval: a streaming reader rarely looks at its TCP side.
+      last_ping_ns_ = now;
+      int p = send_control(wire::FrameType::kPing, nullptr, 0);
+      if (p == -EPIPE || p == -ECONNRESET) {
+        peer_gone_.store(true, std::memory_order_relaxed);
+        tcp_done_.store(true, std::memory_order_relaxed);
+        return p == -EPIPE ? epipe(flags) : p;
+      }
+    }
     ssize_t r = ring_->write(iov, iovcnt, done);
     if (r == -EFAULT) return done > 0 ? static_cast<ssize_t>(done) : r;
     if (r < 0) return broken("ring cursor out of bounds");
