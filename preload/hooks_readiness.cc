@@ -74,6 +74,10 @@ int64_t deadline_from_ms(int ms) { return ms < 0 ? kForever : static_cast<int64_
 int64_t deadline_from_ts(const timespec* ts) {
   return ts ? static_cast<int64_t>(now_ns()) + ts->tv_sec * 1'000'000'000LL + ts->tv_nsec : kForever;
 }
+// The kernel refuses these (EINVAL) before looking at any descriptor.
+bool bad_timespec(const timespec* ts) {
+  return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
+}
 bool expired(int64_t dl) { return dl != kForever && static_cast<int64_t>(now_ns()) >= dl; }
 int ms_left(int64_t dl) {
   if (dl == kForever) return -1;
@@ -447,6 +451,7 @@ int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
 
 int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
   if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
+  if (bad_timespec(ts)) return syscall_result(-EINVAL);
   return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
 }
 
@@ -469,6 +474,7 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
 
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
   if (!select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
+  if (bad_timespec(ts)) return syscall_result(-EINVAL);
   return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
 }
 
