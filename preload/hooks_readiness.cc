@@ -47,6 +47,7 @@ struct EpollReg {
   // Edge-trigger state: what we saw at the last check.
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;
+  uint32_t last_full = 0;  // Connection::tx_full_count() at the last look
 };
 
 struct EpollSet {
@@ -260,10 +261,11 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
   epoll_event k{};
   k.events = kKernelEvents;
   k.data.u64 = set.tag();
+  // The kernel copies the event in before it looks at anything else.
+  if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev) return errno = EFAULT, -1;
   switch (op) {
     case EPOLL_CTL_ADD: {
       if (reg) return errno = EEXIST, -1;
-      if (!ev) return errno = EFAULT, -1;
       if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &k) != 0) return -1;  // EBADF, EINVAL, EPERM, ELOOP...
       auto r = std::make_unique<EpollReg>();
       r->fd = fd;
@@ -275,7 +277,6 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
     }
     case EPOLL_CTL_MOD:
       if (!reg) return errno = ENOENT, -1;
-      if (!ev) return errno = EFAULT, -1;
       reg->events = ev->events;
       reg->data = ev->data;
       reg->disabled = false;
@@ -300,20 +301,25 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
 uint32_t reg_events(EpollReg& r, short kernel) {
   if (r.disabled) return 0;
   Connection& c = *r.entry->conn;
-  short want = static_cast<short>(r.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI));
+  short want = static_cast<short>(r.events & (EPOLLIN | EPOLLOUT | EPOLLRDHUP | EPOLLPRI | EPOLLRDNORM | EPOLLWRNORM));
   uint32_t ready = static_cast<uint16_t>(c.poll_events(want, kernel));
   uint32_t report = ready;
   if (r.events & EPOLLET) {
     uint64_t rx = c.rx_progress(), tx = c.tx_progress();
+    uint32_t full = c.tx_full_count();
     report = 0;
     // An edge: the condition became true, or more arrived since we looked.
-    if ((ready & EPOLLIN) && (!(r.last_ready & EPOLLIN) || rx != r.last_rx)) report |= EPOLLIN;
-    if ((ready & EPOLLOUT) && (!(r.last_ready & EPOLLOUT) || tx != r.last_tx)) report |= EPOLLOUT;
+    if ((ready & EPOLLIN) && (!(r.last_ready & EPOLLIN) || rx != r.last_rx)) report |= ready & (EPOLLIN | EPOLLRDNORM);
+    // Room is news only to a writer that ran out of it since we looked.
+    if ((ready & EPOLLOUT) && (!(r.last_ready & EPOLLOUT) || (tx != r.last_tx && full != r.last_full))) {
+      report |= ready & (EPOLLOUT | EPOLLWRNORM);
+    }
     report |= ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
     if (report) report |= ready & (EPOLLERR | EPOLLHUP);
     r.last_ready = ready;
     r.last_rx = rx;
     r.last_tx = tx;
+    r.last_full = full;
   }
   if (report && (r.events & EPOLLONESHOT)) r.disabled = true;
   return report;
@@ -526,6 +532,7 @@ int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout, const sigset_t*
 int epoll_pwait2(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
   if (!set || max <= 0 || !ev) return real().epoll_pwait2(epfd, ev, max, ts, mask);
+  if (bad_timespec(ts)) return syscall_result(-EINVAL);
   return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ts(ts), mask, true);
 }
 

@@ -5,14 +5,10 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
-  # readiness: epoll corner cases (error codes, EPOLLEXCLUSIVE, nesting,
-  # timeouts, fairness)
-  diff.epoll_lt_basic diff.epoll_ctl_errors
-  diff.epoll_exclusive diff.epoll_maxevents_fairness diff.epoll_timeouts diff.epoll_nested
+  # readiness: epoll corner cases (EPOLLEXCLUSIVE, nesting, fairness)
+  diff.epoll_exclusive diff.epoll_maxevents_fairness diff.epoll_nested
   # a socket registered in epoll before connect() is never taken over
   asio.preload asio.epoll_before_connect.preload
-  # intermittent (1 in 10 to 15 runs): a stale edge after a wait
-  diff.epoll_et_out
 )
 
 # Called at the end of each test folder's CMakeLists.

@@ -974,6 +974,10 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     if (done == total) return static_cast<ssize_t>(done);
     // The ring is full. If the peer's socket is gone it will never drain.
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    tx_full_.fetch_add(1, std::memory_order_seq_cst);
+    // Credit that arrived before the count moved may not be reported to an
+    // edge-triggered waiter: use it now instead.
+    if (ring_->writable() > 0) continue;
     if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
     if (dl == kDeadlineUnknown) dl = deadline(SO_SNDTIMEO);
     side.release();

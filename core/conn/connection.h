@@ -76,6 +76,9 @@ class Connection {
   // Counters that move when bytes (credit) arrive, for edge-triggered epoll.
   uint64_t rx_progress() const;
   uint64_t tx_progress() const;
+  // How often a write found the ring full. TCP signals new room to an
+  // edge-triggered waiter only after a write ran out of it.
+  uint32_t tx_full_count() const { return tx_full_.load(std::memory_order_relaxed); }
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
   int64_t unread_bytes();
   int64_t unsent_bytes() const;
@@ -241,6 +244,7 @@ class Connection {
   std::atomic<bool> tx_ring_{false};     // tx_ == Tx::kRing
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
+  std::atomic<uint32_t> tx_full_{0};
   std::atomic<int> rcvlowat_{-1};          // SO_RCVLOWAT; -1: ask the kernel
   std::atomic<uint64_t> shut_tail_{UINT64_MAX};  // peer's tail when both directions were shut
   std::atomic<bool> aborted_{false};       // we reset the connection (data after SHUT_RDWR)
