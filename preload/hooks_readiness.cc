@@ -263,6 +263,12 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
   k.data.u64 = set.tag();
   // The kernel copies the event in before it looks at anything else.
   if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && !ev) return errno = EFAULT, -1;
+  // EPOLLEXCLUSIVE: only with these bits, only at ADD, and never modified.
+  constexpr uint32_t kExclusiveOk = EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPOLLWAKEUP | EPOLLET | EPOLLEXCLUSIVE;
+  if ((op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && (ev->events & EPOLLEXCLUSIVE) &&
+      (op == EPOLL_CTL_MOD || (ev->events & ~kExclusiveOk))) {
+    return errno = EINVAL, -1;
+  }
   switch (op) {
     case EPOLL_CTL_ADD: {
       if (reg) return errno = EEXIST, -1;
@@ -277,6 +283,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
     }
     case EPOLL_CTL_MOD:
       if (!reg) return errno = ENOENT, -1;
+      if (reg->events & EPOLLEXCLUSIVE) return errno = EINVAL, -1;
       reg->events = ev->events;
       reg->data = ev->data;
       reg->disabled = false;

@@ -5,8 +5,9 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
-  # readiness: epoll corner cases (EPOLLEXCLUSIVE, nesting, fairness)
-  diff.epoll_exclusive diff.epoll_maxevents_fairness diff.epoll_nested
+  # readiness: an epoll set inside another; round robin between plain
+  # descriptors and rings when maxevents is short (rings can starve)
+  diff.epoll_maxevents_fairness diff.epoll_nested
   # a socket registered in epoll before connect() is never taken over
   asio.preload asio.epoll_before_connect.preload
 )
