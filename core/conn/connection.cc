@@ -730,7 +730,10 @@ ssize_t Connection::recv_ring_empty(int flags) {
   ssize_t avail = ring_->readable();
   if (avail < 0) return broken("ring cursor out of bounds");
   if (avail > 0 || rx_end_.load(std::memory_order_acquire)) return 0;
-  if (nonblocking(flags)) return poll_control() ? 0 : -EAGAIN;
+  if (nonblocking(flags)) {
+    poll_control();  // a FIN or reset on the TCP side ends the wait too
+    return rx_end_.load(std::memory_order_acquire) ? 0 : -EAGAIN;
+  }
   int64_t dl = deadline(SO_RCVTIMEO);
   for (;;) {  // until something arrives: a stale doorbell is not a wakeup
     side.release();
