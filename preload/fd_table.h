@@ -40,6 +40,7 @@ struct Entry {
   std::mutex mu;                     // guards the change kPending -> kStream
   sockaddr_storage peer{};           // kPending: where it connects
   socklen_t peer_len = 0;
+  bool advertised = false;           // kPending: the peer advertised before we connected
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one
   // that is open, so closing the original while a duplicate lives is fine.
   static constexpr int kMaxAliases = 16;

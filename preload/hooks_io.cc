@@ -10,6 +10,7 @@
 #include <cstdlib>
 
 #include "preload.h"
+#include "util/iov.h"
 
 using namespace rdmashim;
 using namespace rdmashim::preload;
@@ -33,7 +34,10 @@ bool bad_iovcnt(int n) { return n < 0 || n > IOV_MAX; }
 extern "C" {
 
 ssize_t read(int fd, void* buf, size_t len) {
-  if (Ref s = active_stream(fd)) return stream_recv(*s->conn, buf, len, 0);
+  if (Ref s = active_stream(fd)) {
+    if (len == 0) return 0;  // read(2) of nothing returns at once; recv(2) would wait
+    return stream_recv(*s->conn, buf, len, 0);
+  }
   return real().read(fd, buf, len);
 }
 
@@ -70,6 +74,7 @@ ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* a
 ssize_t readv(int fd, const iovec* iov, int n) {
   if (Ref s = active_stream(fd)) {
     if (bad_iovcnt(n)) return syscall_result<ssize_t>(-EINVAL);
+    if (rdmashim::iov_total(iov, n) == 0) return 0;  // as read(2)
     return syscall_result(s->conn->recv(iov, n, 0));
   }
   return real().readv(fd, iov, n);

@@ -2,12 +2,15 @@
 // accepting, duplicating and closing. Everything else about a socket
 // (names, options) is the kernel's, because the descriptor stays a real
 // kernel TCP socket.
+#include <dlfcn.h>
 #include <fcntl.h>
+#include <linux/close_range.h>
 #include <netinet/in.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -15,6 +18,7 @@
 #include <cstdarg>
 #include <cstring>
 #include <new>
+#include <vector>
 
 #include "discovery/registry.h"
 #include "preload.h"
@@ -106,6 +110,46 @@ int track_accepted(int listener, int fd) {
   return fd;
 }
 
+// close() of fd is about to happen: forgets the name, and if it was the
+// connection's last, lets it finish what must precede the kernel's close.
+// Returns the table's reference, for release_after_close().
+Entry* forget_before_close(int fd) {
+  Entry* e = table().take(fd);
+  if (!e) return nullptr;
+  detach(fd, e);
+  bool last_name = false;
+  {
+    std::lock_guard<std::mutex> lock(e->mu);
+    last_name = e->alias_count == 0;
+  }
+  if (last_name && e->conn) {
+    int saved = errno;
+    e->conn->drain_before_close();
+    errno = saved;
+  }
+  return e;
+}
+
+void release_after_close(Entry* e) {
+  if (!e) return;
+  int saved = errno;
+  unref(e);  // the last name gone: the connection and its rings go too
+  errno = saved;
+}
+
+// close_range()/closefrom(): every tracked name in [first, last].
+std::vector<Entry*> forget_range(unsigned first, unsigned last) {
+  std::vector<int> fds;
+  table().for_each_fd([&](int fd) {
+    if (static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last) fds.push_back(fd);
+  });
+  std::vector<Entry*> gone;
+  for (int fd : fds) {
+    if (Entry* e = forget_before_close(fd)) gone.push_back(e);
+  }
+  return gone;
+}
+
 }  // namespace
 
 void adopt_socket(const std::vector<int>& names, const std::string& state) {
@@ -136,8 +180,15 @@ static void remember_plain(int fd) {
   if (auto* e = new (std::nothrow) Entry(Entry::Kind::kStream)) attach(fd, e);
 }
 
-void track_client(int fd, const sockaddr* peer, socklen_t len) {
-  if (!discovery::is_rdmashim_peer(peer, len)) {
+// `advertised`: the rules or the same-host registry, asked before connect().
+// Another host is asked over RDMA-CM now that the connection exists (asked
+// before, a server not up yet would be cached as plain for a minute).
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) {
+  if (!advertised && discovery::peer_rule(peer, len) == discovery::PeerRule::kDiscover &&
+      !discovery::is_local_address(peer, len)) {
+    advertised = discovery::probe_remote(peer, len);
+  }
+  if (!advertised) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
@@ -169,19 +220,23 @@ extern "C" {
 int socket(int domain, int type, int protocol) { return real().socket(domain, type, protocol); }
 
 int connect(int fd, const sockaddr* addr, socklen_t len) {
-  int r = real().connect(fd, addr, len);
-  if (r != 0 && errno != EINPROGRESS) return r;
   int saved = errno;
-  if (config().disabled || !addr || table().get(fd) || !is_tcp_socket(fd)) {
-    errno = saved;
-    return r;
-  }
+  bool ours = !config().disabled && addr && len >= sizeof(sa_family_t) &&
+              (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && !table().get(fd) && is_tcp_socket(fd);
+  // Asked before connecting: a one-shot server may close its listener, and
+  // with it the advertisement, the moment it has accepted us.
+  bool advertised = ours && discovery::peer_advertised(addr, len);
+  errno = saved;
+  int r = real().connect(fd, addr, len);
+  if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
+  saved = errno;
   if (r == 0) {
-    track_client(fd, addr, len);
+    track_client(fd, addr, len, advertised);
   } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
     memcpy(&e->peer, addr, len < sizeof e->peer ? len : sizeof e->peer);
     e->peer_len = len;
+    e->advertised = advertised;
     attach(fd, e);
   }
   errno = saved;
@@ -204,27 +259,36 @@ int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 }
 
 int close(int fd) {
-  Entry* e = table().take(fd);
-  if (e) {
-    detach(fd, e);
-    bool last_name = false;
-    {
-      std::lock_guard<std::mutex> lock(e->mu);
-      last_name = e->alias_count == 0;
-    }
-    if (last_name && e->conn) {
-      int saved = errno;
-      e->conn->drain_before_close();
-      errno = saved;
-    }
-  }
+  Entry* e = forget_before_close(fd);
   int r = real().close(fd);
-  if (e) {
-    int saved = errno;
-    unref(e);  // the last name gone: the connection and its rings go too
-    errno = saved;
-  }
+  release_after_close(e);
   return r;
+}
+
+int close_range(unsigned int first, unsigned int last, int flags) {
+  using Fn = int (*)(unsigned int, unsigned int, int);
+  static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "close_range"));
+  auto call = [&] { return next ? next(first, last, flags) : static_cast<int>(syscall(SYS_close_range, first, last, flags)); };
+  // Only a plain close of a valid range forgets names; anything else (CLOEXEC,
+  // bad arguments) closes nothing we track.
+  if (first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
+  std::vector<Entry*> gone = forget_range(first, last);
+  int r = call();
+  for (Entry* e : gone) release_after_close(e);
+  return r;
+}
+
+void closefrom(int lowfd) {
+  using Fn = void (*)(int);
+  static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "closefrom"));
+  if (lowfd < 0) lowfd = 0;
+  std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
+  if (next) {
+    next(lowfd);
+  } else {
+    syscall(SYS_close_range, static_cast<unsigned>(lowfd), ~0U, 0);
+  }
+  for (Entry* e : gone) release_after_close(e);
 }
 
 int shutdown(int fd, int how) {
@@ -282,7 +346,27 @@ int ioctl(int fd, unsigned long request, ...) {
       }
     }
   }
+  if (request == SIOCATMARK) {
+    if (Ref s = active_stream(fd)) {
+      int m = s->conn->at_mark();
+      if (m >= 0) {
+        if (!arg) return syscall_result(-EFAULT);
+        *static_cast<int*>(arg) = m;
+        return 0;
+      }
+    }
+  }
   return real().ioctl(fd, request, arg);
+}
+
+// glibc's sockatmark() asks the kernel directly, past our ioctl.
+int sockatmark(int fd) {
+  if (Ref s = active_stream(fd)) {
+    int m = s->conn->at_mark();
+    if (m >= 0) return m;
+  }
+  int answer = 0;
+  return real().ioctl(fd, SIOCATMARK, &answer) < 0 ? -1 : answer;
 }
 
 // The descriptor is the kernel's socket: names and options are answered by
@@ -294,7 +378,13 @@ int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
   return real().getsockopt(fd, level, name, val, len);
 }
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
-  return real().setsockopt(fd, level, name, val, len);
+  int r = real().setsockopt(fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT) {
+    int saved = errno;
+    if (Ref e = table().get(fd); e && e->conn) e->conn->rcvlowat_changed();
+    errno = saved;
+  }
+  return r;
 }
 
 }  // extern "C"

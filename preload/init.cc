@@ -1,6 +1,8 @@
 // Process-level plumbing: resolving the real calls, fork generations, and
 // finding the stream behind a descriptor.
 #include <pthread.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -64,11 +66,12 @@ void settle_pending(int fd, Entry& e) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0) {
-      int err = 0;
-      socklen_t errlen = sizeof err;
-      real().getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &errlen);
       // Still connecting: ask again at the next call. Failed: plain for good.
-      if (err == 0) return;
+      // TCP_INFO, not SO_ERROR: reading SO_ERROR would consume the error the
+      // application is about to ask for.
+      tcp_info ti{};
+      socklen_t tlen = sizeof ti;
+      if (real().getsockopt(fd, IPPROTO_TCP, TCP_INFO, &ti, &tlen) == 0 && ti.tcpi_state == TCP_SYN_SENT) return;
     }
     e.kind.store(Entry::Kind::kStream);  // no connection object: plain
   }
@@ -77,7 +80,7 @@ void settle_pending(int fd, Entry& e) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
-      track_client(fd, reinterpret_cast<sockaddr*>(&e.peer), e.peer_len);
+      track_client(fd, reinterpret_cast<sockaddr*>(&e.peer), e.peer_len, e.advertised);
     }
   }
 }

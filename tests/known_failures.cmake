@@ -5,16 +5,6 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
-  # non-blocking connect to a refused port; SO_RCVLOWAT
-  diff.nonblock_connect_refused diff.so_rcvlowat
-  # argument checking on the ring path: zero-length, EFAULT, MSG_OOB
-  diff.io_zero_length diff.io_efault diff.io_msg_oob
-  # shutdown(SHUT_RD/SHUT_RDWR) and abortive close (RST) semantics on a ring
-  diff.shutdown_rd diff.shutdown_rdwr diff.close_linger0_rst diff.close_unread_rst diff.close_range_reuse
-  # exec of an unused socket
-  diff.proc_exec_inherit_cold
-  # intermittent (1 in 10 to 15 runs): daemonize transcript
-  diff.proc_daemonize
 )
 
 # Called at the end of each test folder's CMakeLists.

@@ -26,6 +26,7 @@
 #include "util/process.h"
 #include "util/signals.h"
 #include "util/spin.h"
+#include "util/user_copy.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -99,7 +100,11 @@ Connection::~Connection() {
 }
 
 void Connection::settle_before_fork() {
-  if (!io_started_.load(std::memory_order_relaxed) || !in_setup_.load(std::memory_order_relaxed)) return;
+  if (io_started_.load(std::memory_order_relaxed)) settle_handshake();
+}
+
+void Connection::settle_handshake() {
+  if (!in_setup_.load(std::memory_order_relaxed)) return;
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
   std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
@@ -183,7 +188,16 @@ void Connection::drain_before_close() {
     }
     if (read_frame(MSG_DONTWAIT) <= 0) break;
   }
-  if (rx_ == Rx::kRing) poll_control();
+  if (rx_ == Rx::kRing) {
+    poll_control();
+    // Closing with unread data resets the connection. On a ring that data is
+    // not in the socket, so ask the kernel for the RST; unless another process
+    // shares the ring and may still read it.
+    if (ring_ && !transport_->shared() && ring_->readable() > 0) {
+      linger lg{1, 0};
+      sys::real().setsockopt(fd(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+    }
+  }
   // Anything still unread makes the kernel answer our close with RST.
   int left = 0;
   if (log::enabled(3) && sys::real().ioctl(fd(), FIONREAD, &left) == 0 && left > 0) {
@@ -607,9 +621,13 @@ ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
   std::lock_guard<std::mutex> lock(rx_mu_);
   follow_sibling_switch_rx();
   if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
-  if (flags & MSG_OOB) return -EINVAL;  // no urgent data on a framed or ring stream
+  if (flags & MSG_OOB) return rx_ == Rx::kRing ? recv_urgent(iov, iovcnt, flags) : -EINVAL;
   size_t want = iov_total(iov, iovcnt);
-  if (want == 0) return 0;
+  if (want == 0) {
+    // TCP waits (once) for data even for zero bytes: read(2)'s shortcut is in the hooks.
+    if (rx_ == Rx::kRing) return recv_ring_empty(flags);
+    return tcp_recv(fd_, iov, iovcnt, flags & ~MSG_WAITALL);
+  }
   if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)) return recv_some(iov, iovcnt, flags & ~MSG_WAITALL);
   size_t got = 0;
   while (got < want) {
@@ -705,6 +723,7 @@ int Connection::read_frame(int flags) {
     case wire::FrameType::kParams:  // only ever right after a Hello or an Ack
       return broken("stray params frame");
     case wire::FrameType::kClose:  // only meaningful on a ring; before it, FIN says it all
+    case wire::FrameType::kUrgent:  // only sent after the Switch
     case wire::FrameType::kPing:
       return 1;
   }
@@ -746,6 +765,12 @@ bool Connection::poll_control() {
       peer_closed_ = true;
       peer_wr_shut_.store(true, std::memory_order_relaxed);
       rx_end_.store(true, std::memory_order_release);
+    } else if (h.type == static_cast<uint16_t>(wire::FrameType::kUrgent)) {
+      wire::Urgent u;
+      memcpy(&u, rx_ctl_, sizeof u);
+      urg_pos_ = u.position;
+      urg_byte_ = u.byte;
+      urg_state_.store(kUrgValid, std::memory_order_release);
     } else if (h.type != static_cast<uint16_t>(wire::FrameType::kPing)) {
       broken("data frame after switch");
       return true;
@@ -757,10 +782,52 @@ bool Connection::poll_control() {
 ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
   int64_t dl = kDeadlineUnknown;
   SideLock side(*this, Transport::Dir::kRx);
+  iovec part[kMaxIov];
   for (;;) {
+    if (abort_if_data_after_shutdown()) {
+      // What came before the shutdown can still be read, then the reset once.
+      uint64_t pos = ring_->rx_position(), end = shut_tail_.load(std::memory_order_acquire);
+      if (pos < end) {
+        iovcnt = iov_slice(iov, iovcnt, 0, end - pos, part, kMaxIov);
+        iov = part;
+      } else {
+        if (abort_reported_) return 0;
+        abort_reported_ = true;
+        int err = 0;  // the kernel holds the same error: report it once, not twice
+        socklen_t len = sizeof err;
+        sys::real().getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+        return -ECONNRESET;
+      }
+    }
+    size_t lowat = rcvlowat();
+    if (lowat > 1 && !(flags & MSG_TRUNC)) {
+      // SO_RCVLOWAT: a blocking read waits for min(lowat, len) bytes.
+      size_t want = iov_total(iov, iovcnt);
+      size_t target = want < lowat ? want : lowat;
+      ssize_t avail = ring_->readable();
+      if (avail > 0 && static_cast<size_t>(avail) < target && !rx_end_.load(std::memory_order_acquire) &&
+          !nonblocking(flags)) {
+        if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
+        side.release();
+        int w = wait_ring(false, dl, target);
+        side.reacquire();
+        if (w == -EINTR) return w;
+        if (w == 0) continue;  // -EAGAIN: the timeout; read what is there
+      }
+    }
+    if (urg_state_.load(std::memory_order_relaxed) != kUrgNone) {
+      // A read stops at the urgent mark; past it the mark is forgotten.
+      uint64_t pos = ring_->rx_position();
+      if (pos < urg_pos_) {
+        iovcnt = iov_slice(iov, iovcnt, 0, urg_pos_ - pos, part, kMaxIov);
+        iov = part;
+      } else if (!(flags & MSG_PEEK) && ring_->readable() > 0) {
+        urg_state_.store(kUrgNone, std::memory_order_relaxed);
+      }
+    }
     ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
-    if (r > 0) return r;
+    if (r > 0 || r == -EFAULT) return r;
     if (r < 0) return broken("ring cursor out of bounds");
     if (rx_shut_.load(std::memory_order_relaxed)) return 0;
     if (peer_closed_ && ring_->rx_position() >= peer_final_) return 0;
@@ -781,6 +848,97 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
     side.reacquire();
     if (w < 0) return w;
   }
+}
+
+// recv() of zero bytes on a ring: like TCP, 0 at once if data (or the end)
+// is there, EAGAIN if not and non-blocking, else 0 after one wait.
+ssize_t Connection::recv_ring_empty(int flags) {
+  SideLock side(*this, Transport::Dir::kRx);
+  ssize_t avail = ring_->readable();
+  if (avail < 0) return broken("ring cursor out of bounds");
+  if (avail > 0 || rx_end_.load(std::memory_order_acquire)) return 0;
+  if (nonblocking(flags)) {
+    poll_control();  // a FIN or reset on the TCP side ends the wait too
+    return rx_end_.load(std::memory_order_acquire) ? 0 : -EAGAIN;
+  }
+  int64_t dl = deadline(SO_RCVTIMEO);
+  for (;;) {  // until something arrives: a stale doorbell is not a wakeup
+    side.release();
+    int w = wait_ring(false, dl);
+    side.reacquire();
+    if (w < 0) return w == -EINTR ? w : 0;
+    if (ring_->readable() != 0 || rx_end_.load(std::memory_order_acquire)) return 0;
+  }
+}
+
+// recv(MSG_OOB) on a ring: the urgent byte once, else EINVAL (as TCP).
+ssize_t Connection::recv_urgent(const iovec* iov, int iovcnt, int flags) {
+  poll_control();
+  if (urg_state_.load(std::memory_order_relaxed) != kUrgValid) return -EINVAL;
+  iovec one[1];
+  if (iov_slice(iov, iovcnt, 0, 1, one, 1) == 0) return 0;
+  if (!copy_user(one[0].iov_base, &urg_byte_, 1, one[0].iov_base)) return -EFAULT;
+  if (!(flags & MSG_PEEK)) urg_state_.store(kUrgRead, std::memory_order_relaxed);
+  return 1;
+}
+
+int Connection::at_mark() {
+  if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  std::unique_lock<std::mutex> lock(rx_mu_, std::try_to_lock);  // never wait behind a blocked reader
+  if (lock.owns_lock()) poll_control();
+  return urg_state_.load(std::memory_order_relaxed) != kUrgNone && ring_->rx_position() == urg_pos_ ? 1 : 0;
+}
+
+// send(MSG_OOB) on a ring: all but the last byte into the ring, the last
+// one (the urgent byte) beside it in a control frame marking its place.
+ssize_t Connection::send_ring_urgent(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  if (total == 0) return send_ring(iov, iovcnt, flags);
+  iovec part[kMaxIov];
+  size_t head = total - 1;
+  if (head > 0) {
+    int n = iov_slice(iov, iovcnt, 0, head, part, kMaxIov);
+    ssize_t r = send_ring(part, n, flags);
+    if (r < 0 || static_cast<size_t>(r) < head) return r;
+  }
+  iovec last[1] = {};
+  iov_slice(iov, iovcnt, head, 1, last, 1);
+  wire::Urgent u{};
+  u.position = ring_->tx_position();
+  if (!copy_user(&u.byte, last[0].iov_base, 1, last[0].iov_base)) return head > 0 ? static_cast<ssize_t>(head) : -EFAULT;
+  int r = send_control(wire::FrameType::kUrgent, &u, sizeof u);
+  if (r != 0) return head > 0 ? static_cast<ssize_t>(head) : (r == -EPIPE ? epipe(flags) : r);
+  return static_cast<ssize_t>(total);
+}
+
+size_t Connection::rcvlowat() {
+  int v = rcvlowat_.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = 1;
+    socklen_t len = sizeof v;
+    if (sys::real().getsockopt(fd(), SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1) v = 1;
+    rcvlowat_.store(v, std::memory_order_relaxed);
+  }
+  // A ring smaller than twice the mark could never wake the reader.
+  size_t half = ring_->link().ring_size() / 2;
+  return static_cast<size_t>(v) < half ? static_cast<size_t>(v) : half;
+}
+
+// TCP resets a connection shut down in both directions when more data
+// arrives (the peer gets an RST, our reads ECONNRESET). On a ring we notice
+// the data at our next call; connect(AF_UNSPEC) makes the kernel send the RST.
+bool Connection::abort_if_data_after_shutdown() {
+  if (aborted_.load(std::memory_order_acquire)) return true;
+  uint64_t at = shut_tail_.load(std::memory_order_acquire);
+  if (at == UINT64_MAX || ring_->link().peer_tail() <= at) return false;
+  if (aborted_.exchange(true)) return true;
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  sys::real().connect(fd(), &unspec, sizeof unspec);
+  peer_gone_.store(true, std::memory_order_relaxed);
+  tcp_done_.store(true, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -825,7 +983,7 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
   }
   switch (tx_) {
     case Tx::kRing:
-      return send_ring(iov, iovcnt, flags);
+      return (flags & MSG_OOB) ? send_ring_urgent(iov, iovcnt, flags) : send_ring(iov, iovcnt, flags);
     case Tx::kFramed:
       return send_framed(iov, iovcnt, flags);
     default:
@@ -921,16 +1079,36 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
   SideLock side(*this, Transport::Dir::kTx);
   for (;;) {
     if (tx_shut_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    // After a reset TCP refuses to write, even if the ring has room.
+    if (peer_gone_.load(std::memory_order_relaxed) && tcp_done_.load(std::memory_order_relaxed)) {
+      return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    }
+    uint64_t now = 0;
+    if (done == 0 && peer_wr_shut_.load(std::memory_order_relaxed) &&
+        (now = now_ns()) - last_ping_ns_ >= uint64_t{kPingIntervalMs} * 1'000'000) {
+      // The peer sent its FIN; if its socket is closed, TCP data would draw
+      // an RST (POLLERR, SO_ERROR EPIPE) and a later write fails. A Ping does
+      // the same on the TCP side; a peer that only half-closed eats it. At
+      // most one per interval: a streaming reader rarely looks at its TCP side.
+      last_ping_ns_ = now;
+      int p = send_control(wire::FrameType::kPing, nullptr, 0);
+      if (p == -EPIPE || p == -ECONNRESET) {
+        peer_gone_.store(true, std::memory_order_relaxed);
+        tcp_done_.store(true, std::memory_order_relaxed);
+        return p == -EPIPE ? epipe(flags) : p;
+      }
+    }
     ssize_t r = ring_->write(iov, iovcnt, done);
+    if (r == -EFAULT) return done > 0 ? static_cast<ssize_t>(done) : r;
     if (r < 0) return broken("ring cursor out of bounds");
     done += static_cast<size_t>(r);
-    // Bytes sent to a peer that sent FIN: TCP's would make a closed peer
-    // answer with RST (POLLERR, EPIPE); a ping on the TCP side does the same.
-    if (r > 0 && peer_wr_shut_.load(std::memory_order_relaxed)) ping_if_due();
     if (done == total) return static_cast<ssize_t>(done);
-    tx_full_.fetch_add(1, std::memory_order_relaxed);
     // The ring is full. If the peer's socket is gone it will never drain.
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    tx_full_.fetch_add(1, std::memory_order_seq_cst);
+    // Credit that arrived before the count moved may not be reported to an
+    // edge-triggered waiter: use it now instead.
+    if (ring_->writable() > 0) continue;
     if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
     if (dl == kDeadlineUnknown) dl = deadline(SO_SNDTIMEO);
     side.release();
@@ -959,6 +1137,10 @@ int Connection::shutdown(int how) {
     rx_shut_.store(true, std::memory_order_relaxed);
     rx_end_.store(true, std::memory_order_release);
     wake_self();
+  }
+  if (rx_shut_.load() && tx_shut_.load() && rx_ring_.load(std::memory_order_acquire) &&
+      shut_tail_.load(std::memory_order_relaxed) == UINT64_MAX) {
+    shut_tail_.store(ring_->link().peer_tail(), std::memory_order_release);
   }
   int r = sys::real().shutdown(fd_, how);
   return r == 0 ? 0 : -errno;
@@ -995,8 +1177,12 @@ int64_t Connection::deadline(int optname) const {
 // (which reports the peer's control frames, FIN and RST). Returns 0 when
 // something may have changed, -EAGAIN at the deadline, -EINTR on a signal
 // the kernel would not have restarted.
-int Connection::wait_ring(bool for_write, int64_t dl) {
-  auto ready = [&] { return for_write ? ring_->writable() != 0 : ring_->readable() != 0; };
+int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
+  auto ready = [&] {
+    if (for_write) return ring_->writable() != 0;
+    ssize_t n = ring_->readable();
+    return n < 0 || static_cast<size_t>(n) >= min_bytes || (min_bytes > 1 && rx_end_.load(std::memory_order_acquire));
+  };
   Link& link = transport_->link();
   const uint32_t yield_mask = link.spin_yield_mask();
   uint64_t spin_end = now_ns() + uint64_t{spin_budget_us()} * 1000;
@@ -1063,8 +1249,12 @@ short Connection::poll_events(short want, short kernel) {
       std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
       if (rx.owns_lock()) poll_control();
     }
-    if (ring_->readable_hint() || rx_end_.load(std::memory_order_acquire)) ev |= POLLIN | POLLRDNORM;
-    if (peer_wr_shut_.load(std::memory_order_relaxed)) ev |= POLLRDHUP;
+    if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX) abort_if_data_after_shutdown();
+    size_t lowat = rcvlowat();
+    bool data = lowat <= 1 ? ring_->readable_hint() : ring_->unread_hint() >= lowat;
+    if (data || rx_end_.load(std::memory_order_acquire)) ev |= POLLIN | POLLRDNORM;
+    if (peer_wr_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed)) ev |= POLLRDHUP;
+    if (urg_state_.load(std::memory_order_relaxed) == kUrgValid) ev |= POLLPRI;
   }
   if (!tx_ring_.load(std::memory_order_acquire)) {
     ev |= kernel & (POLLOUT | POLLWRNORM | POLLWRBAND);
@@ -1150,8 +1340,13 @@ uint64_t Connection::tx_progress() const {
                                                   : 0;
 }
 
-int64_t Connection::unread_bytes() const {
-  return rx_ring_.load(std::memory_order_acquire) ? static_cast<int64_t>(ring_->unread_hint()) : -1;
+int64_t Connection::unread_bytes() {
+  if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX && abort_if_data_after_shutdown()) {
+    uint64_t pos = ring_->link().own_head(), end = shut_tail_.load(std::memory_order_acquire);
+    return pos < end ? static_cast<int64_t>(end - pos) : 0;
+  }
+  return static_cast<int64_t>(ring_->unread_hint());
 }
 
 int64_t Connection::unsent_bytes() const {

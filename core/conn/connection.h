@@ -84,14 +84,18 @@ class Connection {
   uint64_t rx_progress() const;
   uint64_t tx_progress() const;
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
-  int64_t unread_bytes() const;
+  int64_t unread_bytes();
   int64_t unsent_bytes() const;
+  // SIOCATMARK on a ring: 1 at the urgent mark, 0 elsewhere; -1 when the kernel's answer stands.
+  int at_mark();
 
   // Before fork(): a connection this process already used and whose
   // handshake is still under way finishes it (bounded, never blocking on a
   // lock), so parent and child inherit a settled connection.
   void settle_before_fork();
-  void settle_handshake() { settle_before_fork(); }
+  // The same for a connection not used yet (before exec: a client whose
+  // Hello is out must take its Ack here, or the next image reads it as data).
+  void settle_handshake();
   // Across exec the new image starts with an empty table. A connection that
   // is still exactly as accept() left it (no byte read or written) can be
   // adopted there again; anything further along cannot follow (yet).
@@ -108,6 +112,9 @@ class Connection {
   // the TCP side (a Switch, a Ping, a Close), never application data. Left
   // unread, they would make the kernel answer the close with RST.
   void drain_before_close();
+
+  // SO_RCVLOWAT changed on the socket: re-read it from the kernel when needed.
+  void rcvlowat_changed() { rcvlowat_.store(-1, std::memory_order_relaxed); }
 
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
@@ -151,6 +158,11 @@ class Connection {
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.
   ssize_t recv_some(const iovec* iov, int iovcnt, int flags);
   ssize_t recv_ring(const iovec* iov, int iovcnt, int flags);
+  ssize_t recv_ring_empty(int flags);
+  ssize_t recv_urgent(const iovec* iov, int iovcnt, int flags);
+  ssize_t send_ring_urgent(const iovec* iov, int iovcnt, int flags);
+  size_t rcvlowat();                        // SO_RCVLOWAT, at most half the ring
+  bool abort_if_data_after_shutdown();      // data after SHUT_RDWR: reset, as TCP does
   int peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int detect_hello(int flags, bool may_wait);
@@ -174,7 +186,7 @@ class Connection {
   int send_control(wire::FrameType type, const void* payload, uint32_t len);
 
   // Shared.
-  int wait_ring(bool for_write, int64_t deadline_ns);
+  int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);
   void ping_if_due();  // tx_mu_ held
   void wake_self();
   bool nonblocking(int flags) const;
@@ -240,6 +252,16 @@ class Connection {
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
   std::atomic<uint64_t> tx_full_{0};       // writes that found the ring full (edge-triggered EPOLLOUT)
+  std::atomic<int> rcvlowat_{-1};          // SO_RCVLOWAT; -1: ask the kernel
+  std::atomic<uint64_t> shut_tail_{UINT64_MAX};  // peer's tail when both directions were shut
+  std::atomic<bool> aborted_{false};       // we reset the connection (data after SHUT_RDWR)
+  bool abort_reported_ = false;            // rx_mu_: ECONNRESET handed out once
+  // MSG_OOB on a ring, as TCP without SO_OOBINLINE: one urgent byte beside
+  // the stream, reads stop at its mark. Written under rx_mu_.
+  enum : int { kUrgNone, kUrgValid, kUrgRead };
+  std::atomic<int> urg_state_{kUrgNone};
+  uint64_t urg_pos_ = 0;
+  unsigned char urg_byte_ = 0;
 };
 
 }  // namespace rdmashim

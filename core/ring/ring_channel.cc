@@ -4,8 +4,24 @@
 #include <cstring>
 
 #include "util/misc.h"
+#include "util/user_copy.h"
 
 namespace rdmashim {
+namespace {
+
+struct PutArgs {
+  Link* link;
+  uint64_t off;
+  const void* src;
+  size_t len;
+};
+
+void do_put(void* arg) {
+  auto* a = static_cast<PutArgs*>(arg);
+  a->link->put(a->off, a->src, a->len);
+}
+
+}  // namespace
 
 RingChannel::RingChannel(Link& link)
     : link_(link), size_(link.ring_size()), mask_(link.ring_size() - 1) {}
@@ -57,7 +73,12 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip) {
       uint64_t off = tx_tail_ & mask_;
       size_t piece = static_cast<size_t>(size_ - off);
       if (piece > len) piece = len;
-      link_.put(off, src, piece);
+      // The source is the application's: a bad pointer is EFAULT, not a crash.
+      PutArgs a{&link_, off, src, piece};
+      if (!guarded_user_access(src, piece, do_put, &a)) {
+        if (done > 0) link_.publish_tail(tx_tail_);
+        return done > 0 ? static_cast<ssize_t>(done) : -EFAULT;
+      }
       src += piece;
       len -= piece;
       left -= piece;
@@ -83,7 +104,11 @@ ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
       uint64_t off = pos & mask_;
       size_t piece = static_cast<size_t>(size_ - off);
       if (piece > len) piece = len;
-      memcpy(dst, data + off, piece);
+      if (!copy_user(dst, data + off, piece, dst)) {
+        left = 0;  // what was copied before the fault counts; the rest stays
+        if (done == 0) return -EFAULT;
+        break;
+      }
       dst += piece;
       len -= piece;
       left -= piece;

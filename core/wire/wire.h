@@ -83,9 +83,18 @@ enum class FrameType : uint16_t {
   kClose = 4,   // payload: u64 final ring position; sender shut down writing
   kPing = 5,    // no payload: liveness probe while the ring is full
   kParams = 6,  // payload: verbs::Params (48 bytes), only right after a Hello or an Ack
+  kUrgent = 16, // payload: Urgent; MSG_OOB on a ring (the byte is not in the ring)
 };
 
 constexpr uint32_t kParamsBytes = 48;  // sizeof(verbs::Params), checked there
+
+// The urgent byte of a send(MSG_OOB) on a ring, and where in the stream its mark is.
+struct Urgent {
+  uint64_t position;  // ring bytes before the mark
+  uint8_t byte;
+  uint8_t reserved[7];
+};
+static_assert(sizeof(Urgent) == 16);
 
 // Header of every frame after Hello/Ack.
 //  0  length   u32 payload bytes that follow
@@ -110,6 +119,7 @@ inline bool valid(const FrameHeader& h) {
     case FrameType::kPing: return h.length == 0;
     case FrameType::kClose: return h.length == sizeof(uint64_t);
     case FrameType::kParams: return h.length == kParamsBytes;
+    case FrameType::kUrgent: return h.length == sizeof(Urgent);
   }
   return false;
 }

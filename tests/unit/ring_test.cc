@@ -120,6 +120,41 @@ TEST(Ring, PeekLeavesBytesAndDiscardDrops) {
   EXPECT_EQ(read_bytes(rx, 64), std::vector<unsigned char>(msg.begin() + 15, msg.end()));
 }
 
+// Application buffers that are not mapped: EFAULT, as the kernel answers,
+// with the bytes before the bad one counted and nothing consumed past it.
+TEST(Ring, BadApplicationPointersAreEfault) {
+  FakeLinkPair pair(64);
+  RingChannel tx(pair.a), rx(pair.b);
+  auto* bad = reinterpret_cast<unsigned char*>(16);
+  iovec from_bad{bad, 10};
+  EXPECT_EQ(tx.write(&from_bad, 1), -EFAULT);
+  EXPECT_EQ(rx.readable(), 0);
+  auto msg = pattern(10, 3);
+  iovec good_then_bad[2] = {{msg.data(), 4}, {bad, 6}};
+  EXPECT_EQ(tx.write(good_then_bad, 2), 4);
+  write_bytes(tx, msg);
+  iovec into_bad{bad, 10};
+  EXPECT_EQ(rx.read(&into_bad, 1), -EFAULT);
+  EXPECT_EQ(rx.readable(), 14);
+  unsigned char two[2];
+  iovec partial[2] = {{two, 2}, {bad, 10}};
+  EXPECT_EQ(rx.read(partial, 2), 2);
+  EXPECT_EQ(read_bytes(rx, 64).size(), 12u);
+}
+
+TEST(RingDeathTest, FaultsOutsideAGuardedCopyStillCrash) {
+  FakeLinkPair pair(64);
+  RingChannel rx(pair.b);
+  iovec into_bad{reinterpret_cast<void*>(16), 1};
+  rx.read(&into_bad, 1);  // installs the handler (nothing to read, no fault)
+  unsigned char one = 1;
+  iovec in{&one, 1};
+  RingChannel(pair.a).write(&in, 1);
+  EXPECT_EQ(rx.read(&into_bad, 1), -EFAULT);
+  static volatile uintptr_t unmapped = 16;
+  EXPECT_DEATH({ *reinterpret_cast<volatile int*>(unmapped) = 1; }, "");
+}
+
 TEST(Ring, EmptyRingReadsNothing) {
   FakeLinkPair pair(64);
   RingChannel rx(pair.b);
