@@ -243,13 +243,9 @@ void VerbsLink::poll_completions() {
 }
 
 void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
-  // Held until publish_tail(): the last piece of a write carries the tail.
-  const void* from = src;
-  if (len > max_inline_) {
-    memcpy(static_cast<char*>(tx_.data) + offset, src, len);
-    from = static_cast<char*>(tx_.data) + offset;
-  }
-  pending_[pending_n_++] = Piece{offset, from, static_cast<uint32_t>(len)};
+  // Into our registered mirror of the peer's ring, at the same offset: the
+  // application's buffer is read here, once, and never by the provider later.
+  memcpy(static_cast<char*>(tx_.data) + offset, src, len);
 }
 
 int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
@@ -303,9 +299,16 @@ int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
 }
 
 void VerbsLink::publish_tail(uint64_t tail) {
+  // Everything put since the last publish is [old, tail) of the mirror: one
+  // WRITE, or two where it wraps; the last carries the tail.
+  uint64_t old = own_tail_.load(std::memory_order_relaxed);
   own_tail_.store(tail, std::memory_order_relaxed);
-  post_write_with_imm(pending_, pending_n_, static_cast<uint32_t>(tail) & ~kCreditBit);
-  pending_n_ = 0;
+  uint64_t off = old & (ring_size_ - 1);
+  uint64_t len = tail - old;
+  uint64_t first = len < ring_size_ - off ? len : ring_size_ - off;
+  const char* base = static_cast<const char*>(tx_.data);
+  Piece pieces[2] = {{off, base + off, static_cast<uint32_t>(first)}, {0, base, static_cast<uint32_t>(len - first)}};
+  post_write_with_imm(pieces, len > first ? 2 : 1, static_cast<uint32_t>(tail) & ~kCreditBit);
 }
 
 uint64_t VerbsLink::peer_tail() {

@@ -1,9 +1,9 @@
 // Link over an RDMA RC queue pair.
 //
-//   data:    RDMA WRITE of each piece into the peer's rx ring (inline when
-//            small, else from a registered mirror of our tx ring at the same
-//            offset); the last WR of a write carries the new tail as
-//            immediate data (WRITE WITH IMM). The peer learns the tail from
+//   data:    put() copies into a registered mirror of the peer's ring at the
+//            same offset; publish_tail() posts one RDMA WRITE of what was put
+//            since the last publish (two where it wraps; inline when small),
+//            the last carrying the new tail as immediate data (WRITE WITH IMM). The peer learns the tail from
 //            that completion, which the verbs specification orders after the
 //            placement of every earlier WRITE: nothing relies on the order in
 //            which bytes land.
@@ -118,8 +118,6 @@ class VerbsLink final : public Link {
   std::atomic<uint64_t> own_tail_{0}, own_head_{0};
   uint64_t credited_ = 0;  // head we last told the peer
   std::mutex sq_mu_;       // the send queue
-  Piece pending_[2];
-  int pending_n_ = 0;
   int unsignaled_ = 0;
   int outstanding_ = 0;    // send WRs not yet known complete
   int recv_consumed_ = 0;
