@@ -68,17 +68,27 @@ void detach(int fd, Entry* e) {
   if (e->conn && e->conn->fd() == fd && e->alias_count > 0) e->conn->set_fd(e->aliases[0]);
 }
 
-void advertise_listener(int fd) {
+// The entry of a listener under rdmashim, advertised on this host and over
+// RDMA-CM; nullptr if fd has no address with a port yet.
+// A second listener of the same port (SO_REUSEPORT) shares the first one's
+// advertisement: the bind fails and we still accept as a listener under rdmashim.
+Entry* listener_entry(int fd) {
   sockaddr_storage self{};
   socklen_t len = sizeof self;
-  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return;
+  if (real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len) != 0) return nullptr;
+  uint16_t port = self.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&self)->sin_port
+                  : self.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&self)->sin6_port
+                                                 : 0;
+  if (port == 0) return nullptr;
   auto* e = new (std::nothrow) Entry(Entry::Kind::kListener);
-  if (!e) return;
+  if (!e) return nullptr;
   e->advert = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
   e->remote = discovery::advertise_remote(reinterpret_cast<sockaddr*>(&self), len);
-  attach(fd, e);
-  // A second listener of the same port (SO_REUSEPORT) shares the first one's
-  // entry: the bind fails and we still accept as a listener under rdmashim.
+  return e;
+}
+
+void advertise_listener(int fd) {
+  if (Entry* e = listener_entry(fd)) attach(fd, e);
 }
 
 // After accept: an accepted socket of a listener under rdmashim.
@@ -244,10 +254,26 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
 }
 
 int listen(int fd, int backlog) {
-  int r = real().listen(fd, backlog);
-  if (r != 0 || config().disabled) return r;
   int saved = errno;
-  if (!table().get(fd) && is_tcp_socket(fd)) advertise_listener(fd);
+  if (config().disabled || table().get(fd) || !is_tcp_socket(fd)) {
+    errno = saved;
+    return real().listen(fd, backlog);
+  }
+  // Advertised before the kernel takes connections: a client that connects
+  // the moment listen() returns finds us, and one on another host does not
+  // get (and cache) a "no" from RDMA-CM. Unbound sockets get their port from
+  // listen() itself, so they are advertised after it.
+  Entry* e = listener_entry(fd);
+  errno = saved;
+  int r = real().listen(fd, backlog);
+  saved = errno;
+  if (r != 0) {
+    delete e;
+  } else if (e) {
+    attach(fd, e);
+  } else {
+    advertise_listener(fd);
+  }
   errno = saved;
   return r;
 }
