@@ -264,6 +264,61 @@ TEST(Connection, GarbageFromARdmashimPeerIsAResetNotACrash) {
   EXPECT_EQ(recv_some(*server, buf, sizeof buf), -ECONNRESET);
 }
 
+// A client's Hello offering verbs, with its Params frame, as a remote
+// rdmashim client would send it.
+struct VerbsHello {
+  wire::Hello hello{};
+  wire::ParamsFrame params{};
+  explicit VerbsHello(uint32_t ring_size) {
+    memcpy(hello.magic, wire::kHelloMagic, 8);
+    hello.version = wire::kVersion;
+    hello.transports = wire::kTransportVerbs;
+    memset(hello.nonce, 0x5a, sizeof hello.nonce);
+    params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
+    memcpy(params.params + 36, &ring_size, sizeof ring_size);  // verbs::Params::ring_size
+  }
+};
+
+// This machine has no usable RDMA device (and the test makes sure of it):
+// the server answers a negative Ack and both directions continue as plain
+// TCP, not one byte lost or added.
+TEST(Connection, VerbsOfferToAServerWithoutADeviceFallsBackToPlainTcp) {
+  setenv("RDMASHIM_DEVICE", "no-such-rdma-device", 1);
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  VerbsHello vh(1u << 20);
+  ASSERT_EQ(write(t.client, &vh, sizeof vh), static_cast<ssize_t>(sizeof vh));
+  const wire::FrameHeader plain{0, static_cast<uint16_t>(wire::FrameType::kPlain), 0};
+  ASSERT_EQ(write(t.client, &plain, sizeof plain), static_cast<ssize_t>(sizeof plain));
+  ASSERT_EQ(write(t.client, "ping", 4), 4);
+  char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "ping", 4), 0);
+  EXPECT_STREQ(server->transport_name(), "tcp:setup-failed");
+  wire::Ack ack{};
+  ASSERT_EQ(recv(t.client, &ack, sizeof ack, MSG_WAITALL), static_cast<ssize_t>(sizeof ack));
+  EXPECT_EQ(memcmp(ack.magic, wire::kAckMagic, 8), 0);
+  EXPECT_EQ(ack.transport, 0);
+  EXPECT_EQ(memcmp(ack.nonce, vh.hello.nonce, sizeof ack.nonce), 0);
+  ASSERT_EQ(send_all(*server, "pong", 4), 4);  // raw after a negative Ack
+  ASSERT_EQ(recv(t.client, buf, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "pong", 4), 0);
+}
+
+// A Params frame anywhere but right after a Hello or an Ack breaks the protocol.
+TEST(Connection, StrayParamsFrameIsAReset) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  wire::Hello h{};
+  memcpy(h.magic, wire::kHelloMagic, 8);
+  h.version = wire::kVersion;
+  ASSERT_EQ(write(t.client, &h, sizeof h), 64);
+  VerbsHello vh(1u << 20);
+  ASSERT_EQ(write(t.client, &vh.params, sizeof vh.params), static_cast<ssize_t>(sizeof vh.params));
+  char buf[8];
+  EXPECT_EQ(recv_some(*server, buf, sizeof buf), -ECONNRESET);
+}
+
 TEST(Connection, ReadTimeoutIsHonoured) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
