@@ -19,6 +19,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/thread.h"
 #include "verbs/device.h"
 #include "verbs/rdmacm_api.h"
 
@@ -59,20 +60,9 @@ bool start_answering() {
   if (!g_channel) g_channel = rdmacm()->create_event_channel();
   if (!g_channel) return false;
   sys::real().fcntl(g_channel->fd, F_SETFD, FD_CLOEXEC);
-  // The application's signals are not for our thread.
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  g_thread_started = pthread_create(&t, &attr, answer_loop, nullptr) == 0;
+  g_thread_started = start_background_thread(answer_loop, nullptr);
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (g_thread_started) pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, remote_after_fork_child); });
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
   return g_thread_started;
 }
 

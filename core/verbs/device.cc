@@ -20,6 +20,7 @@
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/thread.h"
 #include "verbs/ibv_api.h"
 #include "verbs/verbs_link.h"
 
@@ -70,20 +71,13 @@ Device* Device::get(int* err) {
     j->cv.notify_all();
     return nullptr;  // if abandoned, the device stays open and unused
   };
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the application's signals are not for it
-  pthread_t t;
   auto* arg = new (std::nothrow) std::shared_ptr<Job>(job);
-  bool started = arg && pthread_create(&t, nullptr, run, arg) == 0;
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
-  if (!started) {
+  if (!arg || !start_background_thread(run, arg)) {
     delete arg;
     g_device = open_first(&g_err);  // no thread to spare: open it here
     *err = g_err;
     return g_device;
   }
-  pthread_detach(t);
   std::unique_lock<std::mutex> l(job->mu);
   uint32_t ms = config().setup_timeout_ms;
   if (!job->cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return job->done; })) {

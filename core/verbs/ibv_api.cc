@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "verbs/dl_load.h"
+
 namespace rdmashim::verbs {
 namespace {
 
@@ -12,29 +14,23 @@ IbvApi g_api;
 const IbvApi* g_ready = nullptr;
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-template <typename Fn>
-bool load(void* lib, Fn*& slot, const char* name) {
-  slot = reinterpret_cast<Fn*>(dlsym(lib, name));
-  return slot != nullptr;
-}
-
 void open_library() {
   void* lib = dlopen("libibverbs.so.1", RTLD_NOW | RTLD_LOCAL);
   if (!lib) return;
-  bool ok = load(lib, g_api.get_device_list, "ibv_get_device_list") &&
-            load(lib, g_api.free_device_list, "ibv_free_device_list") &&
-            load(lib, g_api.get_device_name, "ibv_get_device_name") &&
-            load(lib, g_api.open_device, "ibv_open_device") && load(lib, g_api.close_device, "ibv_close_device") &&
-            load(lib, g_api.query_device, "ibv_query_device") && load(lib, g_api.query_port, "ibv_query_port") &&
-            load(lib, g_api.query_gid, "ibv_query_gid") && load(lib, g_api.alloc_pd, "ibv_alloc_pd") &&
-            load(lib, g_api.dealloc_pd, "ibv_dealloc_pd") && load(lib, g_api.reg_mr, "ibv_reg_mr") &&
-            load(lib, g_api.dereg_mr, "ibv_dereg_mr") &&
-            load(lib, g_api.create_comp_channel, "ibv_create_comp_channel") &&
-            load(lib, g_api.destroy_comp_channel, "ibv_destroy_comp_channel") &&
-            load(lib, g_api.create_cq, "ibv_create_cq") && load(lib, g_api.destroy_cq, "ibv_destroy_cq") &&
-            load(lib, g_api.get_cq_event, "ibv_get_cq_event") &&
-            load(lib, g_api.ack_cq_events, "ibv_ack_cq_events") && load(lib, g_api.create_qp, "ibv_create_qp") &&
-            load(lib, g_api.modify_qp, "ibv_modify_qp") && load(lib, g_api.destroy_qp, "ibv_destroy_qp");
+  bool ok = dl_load(lib, g_api.get_device_list, "ibv_get_device_list") &&
+            dl_load(lib, g_api.free_device_list, "ibv_free_device_list") &&
+            dl_load(lib, g_api.get_device_name, "ibv_get_device_name") &&
+            dl_load(lib, g_api.open_device, "ibv_open_device") && dl_load(lib, g_api.close_device, "ibv_close_device") &&
+            dl_load(lib, g_api.query_device, "ibv_query_device") && dl_load(lib, g_api.query_port, "ibv_query_port") &&
+            dl_load(lib, g_api.query_gid, "ibv_query_gid") && dl_load(lib, g_api.alloc_pd, "ibv_alloc_pd") &&
+            dl_load(lib, g_api.dealloc_pd, "ibv_dealloc_pd") && dl_load(lib, g_api.reg_mr, "ibv_reg_mr") &&
+            dl_load(lib, g_api.dereg_mr, "ibv_dereg_mr") &&
+            dl_load(lib, g_api.create_comp_channel, "ibv_create_comp_channel") &&
+            dl_load(lib, g_api.destroy_comp_channel, "ibv_destroy_comp_channel") &&
+            dl_load(lib, g_api.create_cq, "ibv_create_cq") && dl_load(lib, g_api.destroy_cq, "ibv_destroy_cq") &&
+            dl_load(lib, g_api.get_cq_event, "ibv_get_cq_event") &&
+            dl_load(lib, g_api.ack_cq_events, "ibv_ack_cq_events") && dl_load(lib, g_api.create_qp, "ibv_create_qp") &&
+            dl_load(lib, g_api.modify_qp, "ibv_modify_qp") && dl_load(lib, g_api.destroy_qp, "ibv_destroy_qp");
   // The library stays loaded for the life of the process either way: the
   // providers it loaded must not be unmapped under a live context.
   if (ok) g_ready = &g_api;

@@ -15,6 +15,7 @@
 
 #include "sys/sys.h"
 #include "util/misc.h"
+#include "util/thread.h"
 #include "verbs/ibv_api.h"
 
 namespace rdmashim::verbs {
@@ -26,18 +27,7 @@ std::vector<VerbsLink*> g_links;  // connected links of this process
 bool g_heartbeat_started = false;
 
 void start_heartbeat_locked() {
-  if (g_heartbeat_started) return;
-  sigset_t all, old;
-  sigfillset(&all);
-  pthread_sigmask(SIG_SETMASK, &all, &old);  // the application's signals are not for it
-  pthread_t t;
-  pthread_attr_t attr;
-  pthread_attr_init(&attr);
-  pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
-  pthread_attr_setstacksize(&attr, 64 * 1024);
-  g_heartbeat_started = pthread_create(&t, &attr, heartbeat_loop, nullptr) == 0;
-  pthread_attr_destroy(&attr);
-  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  if (!g_heartbeat_started) g_heartbeat_started = start_background_thread(heartbeat_loop, nullptr);
 }
 
 }  // namespace
