@@ -27,6 +27,9 @@ pg_port=5432 redis_port=6379 ready_port=18901 done_port=18900
 export PGCLIENTENCODING=UTF8 PGUSER=postgres PGCONNECT_TIMEOUT=60 PGAPPNAME=rdmashim-softroce
 unset PGHOST PGPORT PGDATABASE PGOPTIONS PGSSLMODE PGSERVICE
 
+# flat: stdin on one line for a result line (the guest's devtmpfs has no /dev/stdin)
+flat() { tr '\n' '|' | tr ' ' '_' | cut -c1-300; }
+
 notice_wait() { # PORT SECONDS: blocks until the other guest's notice arrives
 	timeout "$2" "$BIN/matrix_peer" server --bind 0.0.0.0 --port "$1" --bytes 0 >/dev/null 2>&1
 }
@@ -76,7 +79,7 @@ servers() {
 		kill -0 "$redis_pid" 2>/dev/null || break
 		sleep 0.1
 	done
-	say "redis.start ok=$redis_ok log=$(tail -n 3 redis.out | oneline /dev/stdin)"
+	say "redis.start ok=$redis_ok log=$(tail -n 3 redis.out | flat)"
 	notice_send "$client_ip" "$ready_port"
 	t0=$(now)
 	notice_wait "$done_port" 600
@@ -125,7 +128,7 @@ psql_script() { # NAME shim|plain: CREATE DATABASE NAME, run the script in it
 	[[ $how == plain ]] && pg_plain=$((pg_plain + 2))
 	say "pg.script.$name how=$how create_rc=$rc rc=$(cat "$name.rc") seconds=$secs out_bytes=$(wc -c <"$name.out") \
 out_sha256=$(sha256sum <"$name.out" | cut -c1-16) err_lines=$(wc -l <"$name.err.app") \
-dupkey=$(grep -c 'duplicate key value' "$name.err.app") log=$(cat "$name.create.app" "$name.err.app" | head -5 | oneline /dev/stdin)"
+dupkey=$(grep -c 'duplicate key value' "$name.err.app") log=$(cat "$name.create.app" "$name.err.app" | head -5 | flat)"
 }
 
 pgbench_part() {
@@ -148,7 +151,7 @@ pgbench_part() {
 		        (SELECT sum(tbalance) FROM pgbench_tellers), (SELECT coalesce(sum(delta), 0) FROM pgbench_history),
 		        (SELECT count(*) FROM pgbench_history)")
 	say "pgbench.run rc=$rc seconds=$(elapsed "$t0" "$(now)") clients=2 duration=$secs processed=${processed:-none} \
-failed=${failed:-none} tps=${tps:-none} errors=$errors sums=${sums:-none} log=$(grep -v '^rdmashim\[' "$E" | tail -n 3 | oneline /dev/stdin)"
+failed=${failed:-none} tps=${tps:-none} errors=$errors sums=${sums:-none} log=$(grep -v '^rdmashim\[' "$E" | tail -n 3 | flat)"
 	grep -h '^rdmashim\[' "$E" >>"$pgerr"
 }
 
@@ -181,7 +184,7 @@ got=$(head -c -1 got.plain | sha256sum | cut -c1-16)"
 	: >"$E"
 	t0=$(now)
 	rc=0
-	out=$(run shim redis-benchmark -h "$server_ip" -p $redis_port --csv -e -t get,set -n "${REDIS_BENCH_N:-1000}" -c 4) || rc=$?
+	out=$(run shim redis-benchmark -h "$server_ip" -p $redis_port --csv -t get,set -n "${REDIS_BENCH_N:-1000}" -c 4) || rc=$?
 	say "redis.bench rc=$rc seconds=$(elapsed "$t0" "$(now)") rows=$(grep -c '^"[A-Z]*","[0-9.]*"' <<<"$out") \
 errors=$(grep -ci 'err' <<<"$out") rates=$(grep '^"[A-Z]' <<<"$out" | cut -d, -f1,2 | tr -d '"' | tr '\n' ';')"
 	grep -h '^rdmashim\[' "$E" >>"$rerr"
