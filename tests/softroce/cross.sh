@@ -3,7 +3,8 @@
 #   matrix  fallback matrix: rdmashim/rdmashim -> verbs on both sides; an
 #           rdmashim client and a plain server, or the reverse -> plain TCP;
 #           every cell's data checked by SHA-256 both ways
-#   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal
+#   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal,
+#           and SHA-256 of rdma_send's input equal to that of rdma_recv's output
 #   kill    SIGKILL of a sending client, then of a receiving server, mid-stream:
 #           the survivor ends with EOF/EPIPE/ECONNRESET within KILL_BOUND s
 # Data and transport are checked separately, so until the verbs transport
@@ -88,6 +89,8 @@ if [[ " ${parts[*]} " == *" large "* ]]; then
 		-a -n "$(jf "$sj" xxh64)" -a "$(jf "$rj" xxh64)" = "$(jf "$sj" xxh64)" -a "$(jf "$rj" verified)" = true)" \
 		"$(jf "$rj" bytes) of $large_bytes bytes, xxh64 sent $(jf "$sj" xxh64) received $(jf "$rj" xxh64), $rate MB/s, $(jf "$rj" seconds) s"
 	[[ $(kv "$r" rc) == 0 && $(kv "$s" rc) == 0 ]] || printf '      recv: %s\n      send: %s\n' "$(kv "$r" log)" "$(kv "$s" log)"
+	check "large transfer sha256" "$(yes_if test -n "$(kv "$s" sha256)" -a "$(kv "$r" sha256)" = "$(kv "$s" sha256)")" \
+		"into rdma_send $(kv "$s" sha256), out of rdma_recv $(kv "$r" sha256)"
 	check "large transfer transport" "$(yes_if test "$(jf "$rj" transport)" = verbs -a "$(jf "$sj" transport)" = verbs)" \
 		"receiver ${rj:+$(jf "$rj" transport)}, sender ${sj:+$(jf "$sj" transport)}"
 fi

@@ -7,7 +7,8 @@
 #           {rdmashim, plain} server x {client-first, server-first}, matrix_peer
 #           on both ends (SHA-256 of everything sent and received)
 #   large   LARGE_BYTES of /dev/urandom through rdma_send | rdma_recv
-#           --transport verbs --verify (XXH64 end to end)
+#           --transport verbs --verify (XXH64 end to end), and the SHA-256
+#           of what went into rdma_send and of what came out of rdma_recv
 #   kill    a matrix_peer client (sending) is SIGKILLed mid-stream, then a server
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
@@ -88,18 +89,25 @@ part_large() {
 	t0=$(now)
 	if [[ $role == a ]]; then
 		timeout 300 "$BIN/rdma_recv" --listen 0.0.0.0:18800 --transport verbs --verify --json --no-progress \
-			>/dev/null 2>large.log
-		rc=$?
+			2>large.log | sha256sum >large.sha
+		rc=${PIPESTATUS[0]}
 		grep -v '^{' large.log >large.msgs # its messages; the JSON is the last line starting with {
-		say "large.recv rc=$rc log=$(oneline large.msgs) json=$(grep '^{' large.log | tail -n 1)"
+		say "large.recv rc=$rc sha256=$(cut -d' ' -f1 large.sha) log=$(oneline large.msgs) json=$(grep '^{' large.log | tail -n 1)"
 	else
 		# rdma_send prints its JSON on stdout; its input is a pipe, so the
 		# size is only known at the end (as for any streaming producer).
-		head -c "$large_bytes" /dev/urandom |
+		# SHA-256 of exactly what went into rdma_send, taken through a fifo
+		# (the receiver hashes what came out of rdma_recv).
+		rm -f large.fifo
+		mkfifo large.fifo
+		sha256sum <large.fifo >large.sha &
+		local hpid=$!
+		head -c "$large_bytes" /dev/urandom | tee large.fifo |
 			timeout 300 "${peer_env[@]}" "$BIN/rdma_send" --transport verbs --verify --json --no-progress \
 				--wait 90 "$server_ip:18800" >large.json 2>large.log
-		rc=$?
-		say "large.send rc=$rc log=$(oneline large.log) json=$(tail -n 1 large.json)"
+		rc=${PIPESTATUS[2]}
+		wait "$hpid"
+		say "large.send rc=$rc sha256=$(cut -d' ' -f1 large.sha) log=$(oneline large.log) json=$(tail -n 1 large.json)"
 	fi
 	say "large.$role.time seconds=$(elapsed "$t0" "$(now)")"
 }
