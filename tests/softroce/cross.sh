@@ -10,7 +10,9 @@
 # Data and transport are checked separately, so until the verbs transport
 # lands the output shows the data checks passing and the "-> verbs" ones failing.
 #
-# usage: cross.sh [--discovery] [matrix] [large] [kill]   (default: all three)
+#   catkill SIGKILL of rdma_send, then of rdma_recv, mid-stream over verbs: the
+#           other tool exits 1 within KILL_BOUND s with a message saying so
+# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]   (default: all)
 #   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
 #                server by itself (RDMA-CM discovery). Registered as
 #                softroce.discovery, disabled until discovery lands.
@@ -23,11 +25,11 @@ peers=10.77.0.0/24 parts=() name=softroce.cross
 for a in "$@"; do
 	case $a in
 	--discovery) peers=none name=softroce.discovery ;;
-	matrix | large | kill) parts+=("$a") ;;
-	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill]" >&2; exit 2 ;;
+	matrix | large | kill | catkill) parts+=("$a") ;;
+	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]" >&2; exit 2 ;;
 	esac
 done
-((${#parts[@]})) || parts=(matrix large kill)
+((${#parts[@]})) || parts=(matrix large kill catkill)
 matrix_bytes=${MATRIX_BYTES:-4194311}
 large_bytes=${LARGE_BYTES:-268435456}
 kill_bound=${KILL_BOUND:-10}
@@ -114,6 +116,26 @@ if [[ " ${parts[*]} " == *" kill "* ]]; then
 		check "kill $k: survivor ended" "$ended" "rc=${rc:-none}: ${log:-no error}${got:+; it had received $got bytes}"
 		check "kill $k: within ${kill_bound}s" "$prompt" "ended ${after:-?} s after the kill notice"
 		check "kill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
+			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
+	done
+fi
+
+# -- catkill: the surviving tool exited 1 by itself, soon, saying what happened.
+if [[ " ${parts[*]} " == *" catkill "* ]]; then
+	for k in send-killed recv-killed; do
+		sv=$(result "$out" "kill.$k.survivor") vi=$(result "$out" "kill.$k.victim")
+		msg=$(kv "$(result "$out" "catkill.$k.message")" text)
+		rc=$(kv "$sv" rc) after=$(kv "$sv" after_kill_s)
+		if [[ $k == send-killed ]]; then
+			want='rdma_recv:_sender_closed_the_connection_after_[0-9]*_bytes|rdma_recv:_connection_to_the_sender_failed_after'
+		else
+			want='rdma_send:_connection_to_rdma_recv_lost_after_[0-9]*_bytes|rdma_send:_rdma_recv_closed_the_connection'
+		fi
+		check "catkill $k: survivor exit 1" "$(yes_if test "${rc:-none}" = 1)" "rc=${rc:-none}"
+		check "catkill $k: survivor's message" "$(yes_if grep -Eq "$want" <<<"$msg")" "${msg:-no message}"
+		check "catkill $k: within ${kill_bound}s" "$(yes_if awk -v a="${after:-999}" -v b="$kill_bound" 'BEGIN { exit !(a <= b) }')" \
+			"ended ${after:-?} s after the kill notice"
+		check "catkill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
 			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
 	done
 fi

@@ -83,7 +83,7 @@ serve() {
 	notice_send "$client_ip" $((port + 2))
 	[[ $row == rdma* ]] && transport=$(sed -n 's/.*"transport":"\([^"]*\)".*/\1/p' "$log" | tail -n 1)
 	say "row.$row.$run.server rc=$rc transport=${transport:-none} bytes=$(stat -c %s "$dst" 2>/dev/null || echo 0)" \
-		"sha256=$(sha256sum <"$dst" 2>/dev/null | cut -d' ' -f1) log=$(grep -v '^{' "$log" | oneline /dev/stdin)"
+		"sha256=$(sha256sum <"$dst" 2>/dev/null | cut -d' ' -f1) log=$(grep -v '^{' "$log" | oneline_in)"
 	rm -f "$dst"
 }
 
@@ -108,7 +108,7 @@ send() {
 	[[ $row == rdma* ]] && out=$(tail -n 1 s.json)
 	# rcopy's own figure: "N bytes in S seconds = G Gb/sec"
 	[[ $row == rcopy ]] && self=$(sed -n 's/.* bytes in \([0-9.]*\) seconds = \([0-9.]*\) Gb\/sec.*/self_s=\1 self_gbit=\2/p' "$log")
-	say "row.$row.$run.client rc=$rc seconds=$(elapsed "$t0" "$t1") $self log=$(grep -v '^{' "$log" | oneline /dev/stdin) json=${out:-none}"
+	say "row.$row.$run.client rc=$rc seconds=$(elapsed "$t0" "$t1") $self log=$(grep -v '^{' "$log" | oneline_in) json=${out:-none}"
 }
 
 if [[ $role == b ]]; then

@@ -11,6 +11,8 @@
 #           of what went into rdma_send and of what came out of rdma_recv
 #   kill    a matrix_peer client (sending) is SIGKILLed mid-stream, then a server
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
+#   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
+#           verbs: the survivor must exit 1 with its message
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -177,12 +179,52 @@ part_kill() {
 	fi
 }
 
-for part in "${@:-matrix large kill}"; do
+# ----------------------------------------------------------------- catkill ---
+# rdma_send / rdma_recv across the link (verbs, RDMASHIM_LOG=info to see it):
+# 1. rdma_send (guest b, reading /dev/zero) is SIGKILLed; rdma_recv must exit 1
+#    with a message. 2. rdma_recv (guest a) is SIGKILLed; rdma_send likewise.
+# cat_survive NAME CMD: like survive, plus the tool's own message lines (rdma_*:).
+cat_survive() {
+	local name=$1
+	survive "$@"
+	say "catkill.$name.message text=$(grep '^rdma_' "k.$name.log" | oneline_in)"
+}
+cat_victim() { # NAME NOTICE_HOST CMD (a command line for bash: exec'd, so $! is the tool)
+	local name=$1 host=$2 pid
+	RDMASHIM_LOG=info bash -c "exec $3" 2>"k.$name.victim.log" &
+	pid=$!
+	wait_for_transport "k.$name.victim.log" 90 || say "kill.$name.victim note=no-transport-logged"
+	sleep "$kill_after"
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	say "kill.$name.victim transport=$(transport_of "k.$name.victim.log") log=$(oneline "k.$name.victim.log")"
+	notice_send "$host" "$notice_port"
+}
+part_catkill() {
+	notice_port=18823
+	if [[ $role == a ]]; then
+		cat_survive send-killed env RDMASHIM_LOG=info \
+			bash -c "exec $BIN/rdma_recv --listen 0.0.0.0:18812 --no-progress >/dev/null"
+	else
+		cat_victim send-killed "$server_ip" \
+			"${peer_env[*]} $BIN/rdma_send --no-progress --wait 90 $server_ip:18812 </dev/zero"
+	fi
+	notice_port=18824
+	if [[ $role == a ]]; then
+		cat_victim recv-killed "$client_ip" "$BIN/rdma_recv --listen 0.0.0.0:18813 --no-progress >/dev/null"
+	else
+		cat_survive recv-killed env RDMASHIM_LOG=info \
+			bash -c "exec ${peer_env[*]} $BIN/rdma_send --no-progress --wait 90 $server_ip:18813 </dev/zero"
+	fi
+}
+
+for part in "${@:-matrix large kill catkill}"; do
 	for p in $part; do
 		case $p in
 		matrix) part_matrix ;;
 		large) part_large ;;
 		kill) part_kill ;;
+		catkill) part_catkill ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done
