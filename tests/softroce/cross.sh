@@ -3,13 +3,16 @@
 #   matrix  fallback matrix: rdmashim/rdmashim -> verbs on both sides; an
 #           rdmashim client and a plain server, or the reverse -> plain TCP;
 #           every cell's data checked by SHA-256 both ways
-#   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal
+#   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal,
+#           and SHA-256 of rdma_send's input equal to that of rdma_recv's output
 #   kill    SIGKILL of a sending client, then of a receiving server, mid-stream:
 #           the survivor ends with EOF/EPIPE/ECONNRESET within KILL_BOUND s
 # Data and transport are checked separately, so until the verbs transport
 # lands the output shows the data checks passing and the "-> verbs" ones failing.
 #
-# usage: cross.sh [--discovery] [matrix] [large] [kill]   (default: all three)
+#   catkill SIGKILL of rdma_send, then of rdma_recv, mid-stream over verbs: the
+#           other tool exits 1 within KILL_BOUND s with a message saying so
+# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]   (default: all)
 #   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
 #                server by itself (RDMA-CM discovery). Registered as
 #                softroce.discovery, disabled until discovery lands.
@@ -22,11 +25,11 @@ peers=10.77.0.0/24 parts=() name=softroce.cross
 for a in "$@"; do
 	case $a in
 	--discovery) peers=none name=softroce.discovery ;;
-	matrix | large | kill) parts+=("$a") ;;
-	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill]" >&2; exit 2 ;;
+	matrix | large | kill | catkill) parts+=("$a") ;;
+	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]" >&2; exit 2 ;;
 	esac
 done
-((${#parts[@]})) || parts=(matrix large kill)
+((${#parts[@]})) || parts=(matrix large kill catkill)
 matrix_bytes=${MATRIX_BYTES:-4194311}
 large_bytes=${LARGE_BYTES:-268435456}
 kill_bound=${KILL_BOUND:-10}
@@ -88,6 +91,8 @@ if [[ " ${parts[*]} " == *" large "* ]]; then
 		-a -n "$(jf "$sj" xxh64)" -a "$(jf "$rj" xxh64)" = "$(jf "$sj" xxh64)" -a "$(jf "$rj" verified)" = true)" \
 		"$(jf "$rj" bytes) of $large_bytes bytes, xxh64 sent $(jf "$sj" xxh64) received $(jf "$rj" xxh64), $rate MB/s, $(jf "$rj" seconds) s"
 	[[ $(kv "$r" rc) == 0 && $(kv "$s" rc) == 0 ]] || printf '      recv: %s\n      send: %s\n' "$(kv "$r" log)" "$(kv "$s" log)"
+	check "large transfer sha256" "$(yes_if test -n "$(kv "$s" sha256)" -a "$(kv "$r" sha256)" = "$(kv "$s" sha256)")" \
+		"into rdma_send $(kv "$s" sha256), out of rdma_recv $(kv "$r" sha256)"
 	check "large transfer transport" "$(yes_if test "$(jf "$rj" transport)" = verbs -a "$(jf "$sj" transport)" = verbs)" \
 		"receiver ${rj:+$(jf "$rj" transport)}, sender ${sj:+$(jf "$sj" transport)}"
 fi
@@ -111,6 +116,26 @@ if [[ " ${parts[*]} " == *" kill "* ]]; then
 		check "kill $k: survivor ended" "$ended" "rc=${rc:-none}: ${log:-no error}${got:+; it had received $got bytes}"
 		check "kill $k: within ${kill_bound}s" "$prompt" "ended ${after:-?} s after the kill notice"
 		check "kill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
+			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
+	done
+fi
+
+# -- catkill: the surviving tool exited 1 by itself, soon, saying what happened.
+if [[ " ${parts[*]} " == *" catkill "* ]]; then
+	for k in send-killed recv-killed; do
+		sv=$(result "$out" "kill.$k.survivor") vi=$(result "$out" "kill.$k.victim")
+		msg=$(kv "$(result "$out" "catkill.$k.message")" text)
+		rc=$(kv "$sv" rc) after=$(kv "$sv" after_kill_s)
+		if [[ $k == send-killed ]]; then
+			want='rdma_recv:_sender_closed_the_connection_after_[0-9]*_bytes|rdma_recv:_connection_to_the_sender_failed_after'
+		else
+			want='rdma_send:_connection_to_rdma_recv_lost_after_[0-9]*_bytes|rdma_send:_rdma_recv_closed_the_connection'
+		fi
+		check "catkill $k: survivor exit 1" "$(yes_if test "${rc:-none}" = 1)" "rc=${rc:-none}"
+		check "catkill $k: survivor's message" "$(yes_if grep -Eq "$want" <<<"$msg")" "${msg:-no message}"
+		check "catkill $k: within ${kill_bound}s" "$(yes_if awk -v a="${after:-999}" -v b="$kill_bound" 'BEGIN { exit !(a <= b) }')" \
+			"ended ${after:-?} s after the kill notice"
+		check "catkill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
 			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
 	done
 fi

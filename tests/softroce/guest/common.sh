@@ -31,6 +31,8 @@ wait_for_transport() {
 
 # One line of a file, for a result line (no spaces: the host splits on them).
 oneline() { tr '\n' '|' <"$1" 2>/dev/null | tr ' ' '_' | cut -c1-300; }
+# The same for stdin (the guest has no /dev/stdin).
+oneline_in() { tr '\n' '|' | tr ' ' '_' | cut -c1-300; }
 
 # pingpong NAME SERVER_CMD... :: CLIENT_CMD...: start the server, run the
 # client (retrying until the server listens), stop the server, report.

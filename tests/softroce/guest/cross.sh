@@ -7,9 +7,12 @@
 #           {rdmashim, plain} server x {client-first, server-first}, matrix_peer
 #           on both ends (SHA-256 of everything sent and received)
 #   large   LARGE_BYTES of /dev/urandom through rdma_send | rdma_recv
-#           --transport verbs --verify (XXH64 end to end)
+#           --transport verbs --verify (XXH64 end to end), and the SHA-256
+#           of what went into rdma_send and of what came out of rdma_recv
 #   kill    a matrix_peer client (sending) is SIGKILLed mid-stream, then a server
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
+#   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
+#           verbs: the survivor must exit 1 with its message
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -88,18 +91,25 @@ part_large() {
 	t0=$(now)
 	if [[ $role == a ]]; then
 		timeout 300 "$BIN/rdma_recv" --listen 0.0.0.0:18800 --transport verbs --verify --json --no-progress \
-			>/dev/null 2>large.log
-		rc=$?
+			2>large.log | sha256sum >large.sha
+		rc=${PIPESTATUS[0]}
 		grep -v '^{' large.log >large.msgs # its messages; the JSON is the last line starting with {
-		say "large.recv rc=$rc log=$(oneline large.msgs) json=$(grep '^{' large.log | tail -n 1)"
+		say "large.recv rc=$rc sha256=$(cut -d' ' -f1 large.sha) log=$(oneline large.msgs) json=$(grep '^{' large.log | tail -n 1)"
 	else
 		# rdma_send prints its JSON on stdout; its input is a pipe, so the
 		# size is only known at the end (as for any streaming producer).
-		head -c "$large_bytes" /dev/urandom |
+		# SHA-256 of exactly what went into rdma_send, taken through a fifo
+		# (the receiver hashes what came out of rdma_recv).
+		rm -f large.fifo
+		mkfifo large.fifo
+		sha256sum <large.fifo >large.sha &
+		local hpid=$!
+		head -c "$large_bytes" /dev/urandom | tee large.fifo |
 			timeout 300 "${peer_env[@]}" "$BIN/rdma_send" --transport verbs --verify --json --no-progress \
 				--wait 90 "$server_ip:18800" >large.json 2>large.log
-		rc=$?
-		say "large.send rc=$rc log=$(oneline large.log) json=$(tail -n 1 large.json)"
+		rc=${PIPESTATUS[2]}
+		wait "$hpid"
+		say "large.send rc=$rc sha256=$(cut -d' ' -f1 large.sha) log=$(oneline large.log) json=$(tail -n 1 large.json)"
 	fi
 	say "large.$role.time seconds=$(elapsed "$t0" "$(now)")"
 }
@@ -169,12 +179,52 @@ part_kill() {
 	fi
 }
 
-for part in "${@:-matrix large kill}"; do
+# ----------------------------------------------------------------- catkill ---
+# rdma_send / rdma_recv across the link (verbs, RDMASHIM_LOG=info to see it):
+# 1. rdma_send (guest b, reading /dev/zero) is SIGKILLed; rdma_recv must exit 1
+#    with a message. 2. rdma_recv (guest a) is SIGKILLed; rdma_send likewise.
+# cat_survive NAME CMD: like survive, plus the tool's own message lines (rdma_*:).
+cat_survive() {
+	local name=$1
+	survive "$@"
+	say "catkill.$name.message text=$(grep '^rdma_' "k.$name.log" | oneline_in)"
+}
+cat_victim() { # NAME NOTICE_HOST CMD (a command line for bash: exec'd, so $! is the tool)
+	local name=$1 host=$2 pid
+	RDMASHIM_LOG=info bash -c "exec $3" 2>"k.$name.victim.log" &
+	pid=$!
+	wait_for_transport "k.$name.victim.log" 90 || say "kill.$name.victim note=no-transport-logged"
+	sleep "$kill_after"
+	kill -KILL "$pid"
+	wait "$pid" 2>/dev/null
+	say "kill.$name.victim transport=$(transport_of "k.$name.victim.log") log=$(oneline "k.$name.victim.log")"
+	notice_send "$host" "$notice_port"
+}
+part_catkill() {
+	notice_port=18823
+	if [[ $role == a ]]; then
+		cat_survive send-killed env RDMASHIM_LOG=info \
+			bash -c "exec $BIN/rdma_recv --listen 0.0.0.0:18812 --no-progress >/dev/null"
+	else
+		cat_victim send-killed "$server_ip" \
+			"${peer_env[*]} $BIN/rdma_send --no-progress --wait 90 $server_ip:18812 </dev/zero"
+	fi
+	notice_port=18824
+	if [[ $role == a ]]; then
+		cat_victim recv-killed "$client_ip" "$BIN/rdma_recv --listen 0.0.0.0:18813 --no-progress >/dev/null"
+	else
+		cat_survive recv-killed env RDMASHIM_LOG=info \
+			bash -c "exec ${peer_env[*]} $BIN/rdma_send --no-progress --wait 90 $server_ip:18813 </dev/zero"
+	fi
+}
+
+for part in "${@:-matrix large kill catkill}"; do
 	for p in $part; do
 		case $p in
 		matrix) part_matrix ;;
 		large) part_large ;;
 		kill) part_kill ;;
+		catkill) part_catkill ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done
