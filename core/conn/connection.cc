@@ -177,6 +177,7 @@ Connection* Connection::adopt_described(int fd, const char* text) {
 
 void Connection::drain_before_close() {
   if (orphaned_) return;  // the TCP side's frames are the parent's
+  flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
   while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
@@ -204,6 +205,13 @@ void Connection::drain_before_close() {
     log::debug("fd %d: closing with %d unread TCP bytes (rx %d, tx %d, frame_left %u, hdr %u)", fd(), left,
                static_cast<int>(rx_), static_cast<int>(tx_), rx_frame_left_, rx_hdr_have_);
   }
+}
+
+// Our ring writes in flight must land before the peer sees our FIN or Close.
+void Connection::flush_tx() {
+  if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
+  int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms));
+  if (r != 0) log::debug("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
 }
 
 void Connection::follow_sibling_switch_rx() {
@@ -1127,6 +1135,7 @@ int Connection::shutdown(int how) {
     wake_self();
     std::lock_guard<std::mutex> tx(tx_mu_);
     if (tx_ == Tx::kRing) {
+      flush_tx();  // the Close frame and the FIN must not overtake the data
       uint64_t pos = ring_->tx_position();
       if (!close_sent_) close_sent_ = send_control(wire::FrameType::kClose, &pos, sizeof pos) == 0;
     } else if (tx_ == Tx::kUndecided) {

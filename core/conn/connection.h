@@ -194,6 +194,7 @@ class Connection {
   void settle(stats::Outcome o);
   void update_passthrough();  // both locks held
   short consume_setup_bytes(short kernel);
+  void flush_tx();
   int epipe(int flags);
   int broken(const char* what);
 

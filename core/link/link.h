@@ -48,6 +48,11 @@ class Link {
   virtual void prepare_sleep() = 0;
   virtual void finish_sleep() = 0;
 
+  // Waits, at most timeout_ms, until everything published so far is in the
+  // peer's memory. Before our TCP side closes (the peer takes its FIN as the
+  // end of the stream) a link whose writes are asynchronous must drain them.
+  virtual int flush(int /*timeout_ms*/) { return 0; }
+
   // While spinning for the peer, yield the core every (mask + 1) turns. A
   // software RDMA provider progresses in this host's kernel and needs the CPU
   // the spinner holds; shared memory needs nothing but the peer.

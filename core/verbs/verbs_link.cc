@@ -288,6 +288,50 @@ int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
   return 0;
 }
 
+int VerbsLink::flush(int timeout_ms) {
+  if (!connected_) return 0;
+  {
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    if (outstanding_ == 0 || error()) return error();
+    // Unsignaled WRs complete only with a later signaled one: post an empty,
+    // signaled WRITE behind them; its completion retires them all.
+    ibv_send_wr wr{}, *bad = nullptr;
+    wr.opcode = IBV_WR_RDMA_WRITE;
+    wr.num_sge = 0;
+    wr.wr.rdma.remote_addr = peer_.addr;
+    wr.wr.rdma.rkey = peer_.rkey;
+    wr.send_flags = IBV_SEND_SIGNALED;
+    wr.wr_id = static_cast<uint64_t>(unsignaled_) + 1;
+    unsignaled_ = 0;
+    ++outstanding_;
+    if (ibv_post_send(qp_, &wr, &bad) != 0) {
+      error_.store(-EIO, std::memory_order_relaxed);
+      return -EIO;
+    }
+  }
+  uint64_t deadline = now_ns() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> cq(cq_mu_);
+      poll_completions();
+    }
+    {
+      std::lock_guard<std::mutex> lock(sq_mu_);
+      if (outstanding_ <= 0) return 0;
+    }
+    if (error()) return error();
+    if (now_ns() >= deadline) return -ETIMEDOUT;
+    sched_yield();
+  }
+}
+
+// At exit() the kernel would still deliver what a TCP socket had buffered;
+// RDMA WRITEs still in the send queue would die with our QPs instead.
+__attribute__((destructor)) static void flush_all_at_exit() {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  for (VerbsLink* l : g_links) l->flush(1000);
+}
+
 void VerbsLink::publish_tail(uint64_t tail) {
   // Everything put since the last publish is [old, tail) of the mirror: one
   // WRITE, or two where it wraps; the last carries the tail.

@@ -83,6 +83,7 @@ class VerbsLink final : public Link {
   void prepare_sleep() override;
   void finish_sleep() override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
+  int flush(int timeout_ms) override;
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
 
  private:
