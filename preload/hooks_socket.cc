@@ -353,7 +353,19 @@ int fcntl(int fd, int cmd, ...) {
   if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
     if (Ref e = table().get(fd)) attach(r, e.get());
   }
+  if (r == 0 && cmd == F_SETFL) {
+    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed();
+  }
   return r;
+}
+
+// Programs built with _FILE_OFFSET_BITS=64 call fcntl64 (the same call on 64-bit).
+int fcntl64(int fd, int cmd, ...) {
+  va_list ap;
+  va_start(ap, cmd);
+  void* arg = va_arg(ap, void*);
+  va_end(ap);
+  return fcntl(fd, cmd, arg);
 }
 
 int ioctl(int fd, unsigned long request, ...) {
@@ -382,7 +394,13 @@ int ioctl(int fd, unsigned long request, ...) {
       }
     }
   }
-  return real().ioctl(fd, request, arg);
+  int r = real().ioctl(fd, request, arg);
+  if (r == 0 && request == FIONBIO) {
+    int saved = errno;
+    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed();
+    errno = saved;
+  }
+  return r;
 }
 
 // glibc's sockatmark() asks the kernel directly, past our ioctl.
@@ -405,9 +423,12 @@ int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
 }
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
   int r = real().setsockopt(fd, level, name, val, len);
-  if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT) {
+  if (r == 0 && level == SOL_SOCKET) {  // SO_RCVLOWAT, SO_RCVTIMEO(_NEW), SO_SNDTIMEO(_NEW), ...
     int saved = errno;
-    if (Ref e = table().get(fd); e && e->conn) e->conn->rcvlowat_changed();
+    if (Ref e = table().get(fd); e && e->conn) {
+      e->conn->rcvlowat_changed();
+      e->conn->timeouts_changed();
+    }
     errno = saved;
   }
   return r;

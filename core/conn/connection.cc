@@ -231,6 +231,8 @@ void Connection::follow_sibling_switch_tx() {
 }
 
 void Connection::on_fork_child() {
+  file_flags_changed();  // from now on another process can change them
+  timeouts_changed();
   if (!transport_) return;
   if (transport_->survives_fork()) {
     transport_->add_user();
@@ -1167,19 +1169,35 @@ void Connection::wake_self() {
   }
 }
 
+// O_NONBLOCK and the timeouts are asked of the kernel once and kept until the
+// preload sees them change: two system calls less on every wait.
+bool Connection::cacheable() const { return transport_ && !transport_->shared(); }
+
 bool Connection::nonblocking(int flags) const {
   if (flags & MSG_DONTWAIT) return true;
-  int fl = sys::real().fcntl(fd_, F_GETFL);
-  return fl >= 0 && (fl & O_NONBLOCK);
+  bool cache = cacheable();
+  int nb = cache ? nonblock_.load(std::memory_order_relaxed) : -1;
+  if (nb < 0) {
+    int fl = sys::real().fcntl(fd_, F_GETFL);
+    nb = fl >= 0 && (fl & O_NONBLOCK) ? 1 : 0;
+    if (cache) nonblock_.store(nb, std::memory_order_relaxed);
+  }
+  return nb != 0;
 }
 
 int64_t Connection::deadline(int optname) const {
-  timeval tv{};
-  socklen_t len = sizeof tv;
-  if (sys::real().getsockopt(fd_, SOL_SOCKET, optname, &tv, &len) != 0 || (tv.tv_sec == 0 && tv.tv_usec == 0)) {
-    return kNoDeadline;
+  auto& cached = optname == SO_RCVTIMEO ? rcvtimeo_ns_ : sndtimeo_ns_;
+  bool cache = cacheable();
+  int64_t ns = cache ? cached.load(std::memory_order_relaxed) : -1;
+  if (ns < 0) {
+    timeval tv{};
+    socklen_t len = sizeof tv;
+    ns = sys::real().getsockopt(fd_, SOL_SOCKET, optname, &tv, &len) != 0
+             ? 0
+             : tv.tv_sec * 1'000'000'000LL + tv.tv_usec * 1000LL;
+    if (cache) cached.store(ns, std::memory_order_relaxed);
   }
-  return static_cast<int64_t>(now_ns()) + tv.tv_sec * 1'000'000'000LL + tv.tv_usec * 1000LL;
+  return ns == 0 ? kNoDeadline : static_cast<int64_t>(now_ns()) + ns;
 }
 
 // Spins for RDMASHIM_SPIN_US, then sleeps on the doorbell and the TCP socket

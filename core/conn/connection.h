@@ -115,6 +115,13 @@ class Connection {
 
   // SO_RCVLOWAT changed on the socket: re-read it from the kernel when needed.
   void rcvlowat_changed() { rcvlowat_.store(-1, std::memory_order_relaxed); }
+  // The preload saw O_NONBLOCK (fcntl F_SETFL, FIONBIO) or SO_RCVTIMEO /
+  // SO_SNDTIMEO change: ask the kernel again next time.
+  void file_flags_changed() { nonblock_.store(-1, std::memory_order_relaxed); }
+  void timeouts_changed() {
+    rcvtimeo_ns_.store(-1, std::memory_order_relaxed);
+    sndtimeo_ns_.store(-1, std::memory_order_relaxed);
+  }
 
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
@@ -190,6 +197,7 @@ class Connection {
   void ping_if_due();  // tx_mu_ held
   void wake_self();
   bool nonblocking(int flags) const;
+  bool cacheable() const;
   int64_t deadline(int optname) const;
   void settle(stats::Outcome o);
   void update_passthrough();  // both locks held
@@ -253,6 +261,10 @@ class Connection {
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
   std::atomic<uint64_t> tx_full_{0};       // writes that found the ring full (edge-triggered EPOLLOUT)
+  // What the kernel said, kept while no other process shares the stream (a
+  // process we do not see could change the file's flags): -1 unknown.
+  mutable std::atomic<int> nonblock_{-1};
+  mutable std::atomic<int64_t> rcvtimeo_ns_{-1}, sndtimeo_ns_{-1};  // 0: none
   std::atomic<int> rcvlowat_{-1};          // SO_RCVLOWAT; -1: ask the kernel
   std::atomic<uint64_t> shut_tail_{UINT64_MAX};  // peer's tail when both directions were shut
   std::atomic<bool> aborted_{false};       // we reset the connection (data after SHUT_RDWR)
