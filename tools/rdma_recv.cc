@@ -37,16 +37,10 @@ namespace {
 
 const char* kTool = "rdma_recv";
 
-struct Options {
+struct Options : CommonOptions {
   Endpoint listen{"0.0.0.0", kDefaultPort};
-  bool verify = false;
-  bool json = false;
-  bool verbose = false;
-  bool progress = true;
-  std::string transport;
   std::string port_file;
   uint64_t buffer = 1 << 20;
-  uint64_t buffers = 4;
   uint64_t header_timeout_s = 10;
 };
 
@@ -74,6 +68,10 @@ int parse(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto next_arg = [](void* l) { return (*static_cast<decltype(next)*>(l))(); };
+    OptionParse common = parse_common_option(kTool, a, next_arg, &next, o);
+    if (common == OptionParse::kBad) return kExitUsage;
+    if (common == OptionParse::kTaken) continue;
     if (a == "-h" || a == "--help") {
       usage(stdout);
       exit(kExitOk);
@@ -83,21 +81,6 @@ int parse(int argc, char** argv, Options* o) {
         fprintf(stderr, "%s: --listen takes ADDR:PORT, ADDR, :PORT or PORT\n", kTool);
         return kExitUsage;
       }
-    } else if (a == "--verify") {
-      o->verify = true;
-    } else if (a == "--json") {
-      o->json = true;
-    } else if (a == "-v" || a == "--verbose") {
-      o->verbose = true;
-    } else if (a == "--no-progress") {
-      o->progress = false;
-    } else if (a == "--transport") {
-      const char* t = next();
-      if (!t || !valid_transport(t)) {
-        fprintf(stderr, "%s: --transport takes auto, shm, verbs or tcp\n", kTool);
-        return kExitUsage;
-      }
-      o->transport = t;
     } else if (a == "--port-file") {
       const char* t = next();
       if (!t || !*t) {
@@ -108,11 +91,6 @@ int parse(int argc, char** argv, Options* o) {
     } else if (a == "--buffer") {
       if (!parse_bytes(next(), 64 << 10, 64 << 20, &o->buffer)) {
         fprintf(stderr, "%s: --buffer takes 64k..64m\n", kTool);
-        return kExitUsage;
-      }
-    } else if (a == "--buffers") {
-      if (!parse_bytes(next(), 2, 64, &o->buffers)) {
-        fprintf(stderr, "%s: --buffers takes 2..64\n", kTool);
         return kExitUsage;
       }
     } else {

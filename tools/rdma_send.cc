@@ -35,16 +35,10 @@ namespace {
 
 const char* kTool = "rdma_send";
 
-struct Options {
+struct Options : CommonOptions {
   Endpoint target;
   std::string file;  // empty or "-": stdin
-  bool verify = false;
-  bool json = false;
-  bool verbose = false;
-  bool progress = true;
-  std::string transport;
   uint64_t chunk = 1 << 20;
-  uint64_t buffers = 4;
   uint64_t wait_s = 5;
   uint64_t greet_timeout_s = 10;
 };
@@ -72,24 +66,13 @@ int parse(int argc, char** argv, Options* o) {
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
     auto next = [&]() -> const char* { return i + 1 < argc ? argv[++i] : nullptr; };
+    auto next_arg = [](void* l) { return (*static_cast<decltype(next)*>(l))(); };
+    OptionParse common = parse_common_option(kTool, a, next_arg, &next, o);
+    if (common == OptionParse::kBad) return kExitUsage;
+    if (common == OptionParse::kTaken) continue;
     if (a == "-h" || a == "--help") {
       usage(stdout);
       exit(kExitOk);
-    } else if (a == "--verify") {
-      o->verify = true;
-    } else if (a == "--json") {
-      o->json = true;
-    } else if (a == "-v" || a == "--verbose") {
-      o->verbose = true;
-    } else if (a == "--no-progress") {
-      o->progress = false;
-    } else if (a == "--transport") {
-      const char* t = next();
-      if (!t || !valid_transport(t)) {
-        fprintf(stderr, "%s: --transport takes auto, shm, verbs or tcp\n", kTool);
-        return kExitUsage;
-      }
-      o->transport = t;
     } else if (a == "--wait") {
       if (!parse_bytes(next(), 0, 86400, &o->wait_s)) {
         fprintf(stderr, "%s: --wait takes a number of seconds\n", kTool);
@@ -98,11 +81,6 @@ int parse(int argc, char** argv, Options* o) {
     } else if (a == "--chunk") {
       if (!parse_bytes(next(), 4096, kMaxRecord, &o->chunk)) {
         fprintf(stderr, "%s: --chunk takes 4k..16m\n", kTool);
-        return kExitUsage;
-      }
-    } else if (a == "--buffers") {
-      if (!parse_bytes(next(), 2, 64, &o->buffers)) {
-        fprintf(stderr, "%s: --buffers takes 2..64\n", kTool);
         return kExitUsage;
       }
     } else if (a.size() > 1 && a[0] == '-' && a != "-") {

@@ -41,6 +41,34 @@ bool parse_bytes(const char* text, uint64_t lo, uint64_t hi, uint64_t* out) {
   return true;
 }
 
+OptionParse parse_common_option(const char* tool, const std::string& a, const char* (*next)(void*), void* ctx,
+                                CommonOptions* o) {
+  if (a == "--verify") {
+    o->verify = true;
+  } else if (a == "--json") {
+    o->json = true;
+  } else if (a == "-v" || a == "--verbose") {
+    o->verbose = true;
+  } else if (a == "--no-progress") {
+    o->progress = false;
+  } else if (a == "--transport") {
+    const char* t = next(ctx);
+    if (!t || !valid_transport(t)) {
+      fprintf(stderr, "%s: --transport takes auto, shm, verbs or tcp\n", tool);
+      return OptionParse::kBad;
+    }
+    o->transport = t;
+  } else if (a == "--buffers") {
+    if (!parse_bytes(next(ctx), 2, 64, &o->buffers)) {
+      fprintf(stderr, "%s: --buffers takes 2..64\n", tool);
+      return OptionParse::kBad;
+    }
+  } else {
+    return OptionParse::kNotCommon;
+  }
+  return OptionParse::kTaken;
+}
+
 bool valid_transport(const std::string& t) { return t == "auto" || t == "shm" || t == "verbs" || t == "tcp"; }
 
 bool transport_matches(const std::string& asked, const char* got) {

@@ -42,6 +42,22 @@ bool valid_transport(const std::string& t);
 // the one --transport asked for (nothing or "auto": anything is).
 bool transport_matches(const std::string& asked, const char* got);
 
+// The options both tools take: --verify, --json, -v/--verbose,
+// --no-progress, --transport T, --buffers N.
+struct CommonOptions {
+  bool verify = false;
+  bool json = false;
+  bool verbose = false;
+  bool progress = true;
+  std::string transport;
+  uint64_t buffers = 4;
+};
+enum class OptionParse { kNotCommon, kTaken, kBad };
+// Takes argument `a` if it is a common option (`next` yields its value);
+// kBad after printing why on stderr.
+OptionParse parse_common_option(const char* tool, const std::string& a, const char* (*next)(void*), void* ctx,
+                                CommonOptions* o);
+
 // A fixed set of equally sized buffers passed between one producer and one
 // consumer thread: "empty" buffers go to the producer, "full" ones to the
 // consumer, in order. `headroom` bytes before each buffer's data are free
