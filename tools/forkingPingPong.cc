@@ -38,9 +38,14 @@
 #include <vector>
 
 #include "pingpong.h"
+#include "tcp_socket.h"
 
 using rdmashim::tools::Channel;
 using rdmashim::tools::PingPongOptions;
+using rdmashim::tools::tcp_channel;
+using rdmashim::tools::tcp_connect;
+using rdmashim::tools::tcp_listen;
+using rdmashim::tools::tcp_nodelay;
 
 namespace {
 
@@ -127,71 +132,11 @@ bool split_args(int argc, char** argv, ForkOptions* f, std::vector<char*>* rest)
   return true;
 }
 
-void nodelay(int fd) {
-  int one = 1;
-  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-}
-
-ssize_t recv_all(int fd, void* buf, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = recv(fd, static_cast<char*>(buf) + done, len - done, 0);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return done > 0 ? static_cast<ssize_t>(done) : (n == 0 ? 0 : -errno);
-    done += static_cast<size_t>(n);
-  }
-  return static_cast<ssize_t>(done);
-}
-
-ssize_t send_all(int fd, const void* buf, size_t len) {
-  size_t done = 0;
-  while (done < len) {
-    ssize_t n = send(fd, static_cast<const char*>(buf) + done, len - done, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return -errno;
-    done += static_cast<size_t>(n);
-  }
-  return static_cast<ssize_t>(done);
-}
-
-Channel socket_channel(int fd) {
-  Channel ch;
-  ch.recv_all = [fd](void* buf, size_t len) { return recv_all(fd, buf, len); };
-  ch.send_all = [fd](const void* buf, size_t len) { return send_all(fd, buf, len); };
-  ch.transport = "tcp";
-  return ch;
-}
-
-int open_listener(const PingPongOptions& o, bool wildcard, uint16_t* port) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  hints.ai_flags = AI_PASSIVE;
-  std::string service = std::to_string(o.port);
-  if (getaddrinfo(wildcard ? nullptr : o.host.c_str(), service.c_str(), &hints, &res) != 0) return -1;
-  int fd = socket(res->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  int one = 1;
-  if (fd >= 0) setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  if (fd < 0 || bind(fd, res->ai_addr, res->ai_addrlen) != 0 || listen(fd, 128) != 0) {
-    perror("forkingPingPong: listen");
-    freeaddrinfo(res);
-    if (fd >= 0) close(fd);
-    return -1;
-  }
-  freeaddrinfo(res);
-  sockaddr_storage self{};
-  socklen_t len = sizeof self;
-  getsockname(fd, reinterpret_cast<sockaddr*>(&self), &len);
-  *port = ntohs(self.ss_family == AF_INET ? reinterpret_cast<sockaddr_in*>(&self)->sin_port
-                                          : reinterpret_cast<sockaddr_in6*>(&self)->sin6_port);
-  return fd;
-}
-
 // Serves one accepted connection in the calling process and says so.
 // Returns 0 or a negative errno.
 int serve_one(int fd, size_t size, Shape shape) {
-  nodelay(fd);
-  Channel ch = socket_channel(fd);
+  tcp_nodelay(fd);
+  Channel ch = tcp_channel(fd);
   int r = rdmashim::tools::serve_pingpong(ch, size);
   close(fd);
   fprintf(stderr, "%s[%d]: served a connection (%s): %s\n", kTool, static_cast<int>(getpid()), shape_name(shape),
@@ -364,29 +309,6 @@ int serve(int listener, const PingPongOptions& o, const ForkOptions& f) {
   return f.shape == Shape::kPrefork ? serve_prefork(listener, o, f) : serve_forking(listener, o, f);
 }
 
-int connect_to(const std::string& host, uint16_t port) {
-  addrinfo hints{}, *res = nullptr;
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  std::string service = std::to_string(port);
-  if (getaddrinfo(host.c_str(), service.c_str(), &hints, &res) != 0) {
-    fprintf(stderr, "%s: cannot resolve %s\n", kTool, host.c_str());
-    return -1;
-  }
-  int fd = -1, err = 0;
-  for (addrinfo* a = res; a; a = a->ai_next) {
-    fd = socket(a->ai_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd >= 0 && connect(fd, a->ai_addr, a->ai_addrlen) == 0) break;
-    err = errno;
-    if (fd >= 0) close(fd);
-    fd = -1;
-  }
-  freeaddrinfo(res);
-  if (fd < 0) fprintf(stderr, "%s: cannot connect to %s:%u: %s\n", kTool, host.c_str(), port, strerror(err));
-  else nodelay(fd);
-  return fd;
-}
-
 // One client connection: warm-up plus iters checked round trips.
 struct ClientResult {
   bool ok = false;
@@ -394,21 +316,23 @@ struct ClientResult {
 };
 
 void run_client(const PingPongOptions& o, unsigned id, ClientResult* r) {
-  int fd = connect_to(o.host, o.port);
+  int fd = tcp_connect(kTool, o.host, o.port);
   if (fd < 0) return;
+  Channel ch = tcp_channel(fd);
   std::vector<char> out(o.size), in(o.size);
   for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7 + id);
   r->rtt_ns.reserve(o.iters);
   for (uint64_t i = 0; i < o.warmup + o.iters; ++i) {
     uint64_t t0 = now_ns();
     out[0] = static_cast<char>(i);
-    if (send_all(fd, out.data(), o.size) != static_cast<ssize_t>(o.size)) {
+    ssize_t sent = ch.send_all(out.data(), o.size);
+    if (sent != static_cast<ssize_t>(o.size)) {
       fprintf(stderr, "%s: client %u: send failed at round trip %llu: %s\n", kTool, id,
-              static_cast<unsigned long long>(i), strerror(errno));
+              static_cast<unsigned long long>(i), strerror(sent < 0 ? static_cast<int>(-sent) : EPIPE));
       close(fd);
       return;
     }
-    ssize_t n = recv_all(fd, in.data(), o.size);
+    ssize_t n = ch.recv_all(in.data(), o.size);
     if (n != static_cast<ssize_t>(o.size)) {
       fprintf(stderr, "%s: client %u: %s at round trip %llu\n", kTool, id,
               n == 0 ? "server closed the connection" : "receive failed", static_cast<unsigned long long>(i));
@@ -485,7 +409,7 @@ int main(int argc, char** argv) {
   setvbuf(stderr, nullptr, _IOLBF, 0);
   if (o.mode == PingPongOptions::Mode::kServer) {
     uint16_t port = 0;
-    int l = open_listener(o, o.host == "127.0.0.1", &port);
+    int l = tcp_listen(kTool, o.host == "127.0.0.1" ? nullptr : o.host.c_str(), o.port, &port);
     if (l < 0) return 1;
     fprintf(stderr, "%s[%d]: serving on port %u\n", kTool, static_cast<int>(getpid()), port);
     return serve(l, o, f);
@@ -494,7 +418,7 @@ int main(int argc, char** argv) {
     o.host = "127.0.0.1";
     o.port = 0;
     uint16_t port = 0;
-    int l = open_listener(o, false, &port);
+    int l = tcp_listen(kTool, o.host.c_str(), o.port, &port);
     if (l < 0) return 1;
     if (f.conns == 0) f.conns = f.clients;
     fflush(nullptr);
