@@ -194,10 +194,7 @@ static void remember_plain(int fd) {
 // Another host is asked over RDMA-CM now that the connection exists (asked
 // before, a server not up yet would be cached as plain for a minute).
 void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) {
-  if (!advertised && discovery::peer_rule(peer, len) == discovery::PeerRule::kDiscover &&
-      !discovery::is_local_address(peer, len)) {
-    advertised = discovery::probe_remote(peer, len);
-  }
+  if (!advertised) advertised = discovery::probe_remote(peer, len);
   if (!advertised) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;

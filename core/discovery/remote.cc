@@ -169,10 +169,12 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
 
 bool probe_remote(const sockaddr* peer, socklen_t len) {
   if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return false;
+  if (peer_rule(peer, len) != PeerRule::kDiscover) return false;  // RDMASHIM_PEERS decided
   if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return false;
   if (!rdmacm()) return false;
   int err = 0;
   if (!verbs::Device::get(&err)) return false;  // without a device here, the answer does not matter
+  if (is_local_address(peer, len)) return false;  // this host's listeners are in the registry
   uint64_t now = now_ns();
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -195,7 +197,7 @@ bool probe_remote(const sockaddr* peer, socklen_t len) {
 
 bool is_rdmashim_peer(const sockaddr* peer, socklen_t len) {
   if (peer_advertised(peer, len)) return true;
-  return peer_rule(peer, len) == PeerRule::kDiscover && !is_local_address(peer, len) && probe_remote(peer, len);
+  return probe_remote(peer, len);
 }
 
 void remote_after_fork_child() {

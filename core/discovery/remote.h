@@ -36,8 +36,9 @@ class RemoteAdvert {
 // this host has no usable RDMA device (or the port is taken in RDMA_PS_TCP).
 std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len);
 
-// Asks `peer` (a TCP address of another host) whether it runs rdmashim.
-// Bounded by min(RDMASHIM_SETUP_TIMEOUT_MS, 1 s).
+// Asks `peer` whether it runs rdmashim, if RDMASHIM_PEERS leaves it to
+// discovery, it is another host's address and this host has an RDMA device (the cheap checks first: no interface list is
+// read on a host without one). Bounded by min(RDMASHIM_SETUP_TIMEOUT_MS, 1 s).
 bool probe_remote(const sockaddr* peer, socklen_t len);
 
 // Whether a client should speak to `peer` as to an rdmashim server: the
