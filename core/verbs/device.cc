@@ -53,7 +53,7 @@ Device* Device::get(int* err) {
   struct Job {
     std::mutex mu;
     std::condition_variable cv;
-    bool done = false, abandoned = false;
+    bool done = false;
     Device* dev = nullptr;
     int err = 0;
   };
@@ -69,7 +69,7 @@ Device* Device::get(int* err) {
     j->err = e;
     j->done = true;
     j->cv.notify_all();
-    return nullptr;  // if abandoned, the device stays open and unused
+    return nullptr;  // if the caller gave up, the device stays open and unused
   };
   auto* arg = new (std::nothrow) std::shared_ptr<Job>(job);
   if (!arg || !start_background_thread(run, arg)) {
@@ -81,7 +81,6 @@ Device* Device::get(int* err) {
   std::unique_lock<std::mutex> l(job->mu);
   uint32_t ms = config().setup_timeout_ms;
   if (!job->cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return job->done; })) {
-    job->abandoned = true;
     log::warn("verbs: the RDMA provider did not answer within %u ms; this process goes on without verbs", ms);
     *err = g_err = -ETIMEDOUT;
     return nullptr;
