@@ -69,7 +69,7 @@ std::string inherit_entry() {
     if (!entry->conn->untouched_server()) {
       state = entry->conn->describe_for_exec();
       if (state.empty()) {
-        log::warn("fd %s survives exec in the middle of its upgrade; the new program cannot use it", fds.c_str());
+        RDMASHIM_WARN("fd %s survives exec in the middle of its upgrade; the new program cannot use it", fds.c_str());
         continue;
       }
     }

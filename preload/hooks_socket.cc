@@ -199,7 +199,7 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) 
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
-    log::info("fd %d (client) -> %s", fd, stats::name(why));
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
     remember_plain(fd);
     return;
   }

@@ -5,7 +5,7 @@ RDMASHIM_ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 RDMASHIM_BUILD=${RDMASHIM_BUILD:-$RDMASHIM_ROOT/build}
 
 # Packages for building and testing. Each script adds its own extras.
-RDMASHIM_BUILD_PACKAGES=(g++ cmake make pkg-config libgtest-dev libibverbs-dev librdmacm-dev
+RDMASHIM_BUILD_PACKAGES=(g++ cmake make pkg-config libgtest-dev libibverbs-dev librdmacm-dev libxxhash-dev
                          ibverbs-providers libboost-dev)
 
 # ensure_packages PKG... : installs the missing ones with apt-get when root,

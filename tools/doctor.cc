@@ -7,6 +7,7 @@
 // code 124 and the name of the step, never a hang. Exit 0: ready; 1: a step
 // failed (including "no device"); 124: a step blocked.
 #include "doctor.h"
+#include "json.h"
 
 #include <arpa/inet.h>
 #include <poll.h>
@@ -249,10 +250,8 @@ int doctor(int argc, char** argv) {
       std::string detail = lines[i].second;
       size_t sp = detail.find(' ');
       std::string name = detail.substr(0, sp), rest = sp == std::string::npos ? "" : detail.substr(sp + 1);
-      for (char& c : rest)
-        if (c == '"' || c == '\\') c = '\'';
-      printf("%s{\"step\":\"%s\",\"ok\":%s,\"detail\":\"%s\"}", i ? "," : "", name.c_str(),
-             lines[i].first ? "true" : "false", rest.c_str());
+      printf("%s{\"step\":%s,\"ok\":%s,\"detail\":%s}", i ? "," : "", json_quote(name).c_str(),
+             lines[i].first ? "true" : "false", json_quote(rest).c_str());
     }
     printf("]}\n");
   } else {

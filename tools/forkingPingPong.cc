@@ -38,8 +38,11 @@
 #include <vector>
 
 #include "pingpong.h"
+#include "json.h"
 #include "tcp_socket.h"
+#include "util/misc.h"
 
+using rdmashim::now_ns;
 using rdmashim::tools::Channel;
 using rdmashim::tools::PingPongOptions;
 using rdmashim::tools::tcp_channel;
@@ -74,12 +77,6 @@ const char* shape_name(Shape s) {
     case Shape::kDaemonize: return "grandchild";
   }
   return "?";
-}
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
 void usage() {
@@ -380,9 +377,10 @@ int run_clients(const PingPongOptions& o, const ForkOptions& f) {
   for (uint32_t v : all) sum += v;
   double avg = sum / static_cast<double>(total) / 1e3;
   if (o.json) {
-    printf("{\"tool\":\"%s\",\"transport\":\"tcp\",\"size\":%zu,\"iters\":%llu,\"clients\":%u,\"seconds\":%.6f,"
+    printf("{\"tool\":%s,\"transport\":\"tcp\",\"size\":%zu,\"iters\":%llu,\"clients\":%u,\"seconds\":%.6f,"
            "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f}\n",
-           kTool, o.size, static_cast<unsigned long long>(o.iters), f.clients, seconds, rate, avg, pct(0.50),
+           rdmashim::tools::json_quote(kTool).c_str(), o.size, static_cast<unsigned long long>(o.iters), f.clients,
+           seconds, rate, avg, pct(0.50),
            pct(0.99), all.back() / 1e3);
   } else {
     printf("%s: %zu B x %llu round trips x %u client(s) over tcp: %.0f round trips/s, avg %.2f us, p50 %.2f us, "

@@ -10,15 +10,11 @@
 #include <vector>
 
 #include "util/config.h"
+#include "util/misc.h"
+#include "json.h"
 
 namespace rdmashim::tools {
 namespace {
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 void usage(const char* tool, bool with_transport) {
   fprintf(stderr,
@@ -94,8 +90,9 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
       }
     } else if (with_transport && a == "--transport" && i + 1 < argc) {
       o->transport = argv[++i];
-      if (o->transport != "auto" && o->transport != "shm" && o->transport != "verbs" && o->transport != "tcp") {
-        fprintf(stderr, "%s: --transport takes auto, shm, verbs or tcp\n", tool);
+      TransportChoice ignored;
+      if (!parse_transport(o->transport.c_str(), &ignored)) {
+        fprintf(stderr, "%s: --transport takes %s\n", tool, kTransportNames);
         return false;
       }
     } else if (a == "-h" || a == "--help") {
@@ -168,9 +165,10 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
   double rate = static_cast<double>(o.iters) / seconds;
   double avg = seconds * 1e6 / static_cast<double>(o.iters);
   if (o.json) {
-    printf("{\"tool\":\"%s\",\"transport\":\"%s\",\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
+    printf("{\"tool\":%s,\"transport\":%s,\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
            "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f}\n",
-           tool, ch.transport.c_str(), o.size, static_cast<unsigned long long>(o.iters), seconds, rate, avg,
+           json_quote(tool).c_str(), json_quote(ch.transport).c_str(), o.size,
+           static_cast<unsigned long long>(o.iters), seconds, rate, avg,
            pct(0.50), pct(0.99), sorted.back() / 1e3);
   } else {
     printf("%s: %zu B x %llu round trips over %s: %.0f round trips/s, avg %.2f us, p50 %.2f us, p99 %.2f us\n",

@@ -27,10 +27,11 @@
 #include "api/stream.h"
 #include "cat/common.h"
 #include "cat/stream_format.h"
-#include "cat/xxh64.h"
+#include "cat/checksum.h"
 
 using namespace rdmashim::cat;
 using rdmashim::Listener;
+using rdmashim::now_ns;
 using rdmashim::Stream;
 
 namespace {

@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "doctor.h"
+#include "json.h"
+#include "util/config.h"
 #include "util/stats.h"
 
 namespace {
@@ -122,8 +124,8 @@ int stat(int argc, char** argv) {
   if (json) {
     printf("[");
     for (size_t p = 0; p < procs.size(); ++p) {
-      printf("%s{\"pid\":%d,\"command\":\"%s\",\"connections\":{", p ? "," : "", procs[p].pid,
-             procs[p].command.c_str());
+      printf("%s{\"pid\":%d,\"command\":%s,\"connections\":{", p ? "," : "", procs[p].pid,
+             rdmashim::tools::json_quote(procs[p].command).c_str());
       for (int i = 0; i < n; ++i) {
         printf("%s\"%s\":%llu", i ? "," : "", rdmashim::stats::name(static_cast<Outcome>(i)),
                static_cast<unsigned long long>(procs[p].counts[i]));
@@ -163,8 +165,15 @@ int run(int argc, char** argv) {
       ++i;
       break;
     }
-    if ((a == "--transport" || a == "--log") && i + 1 < argc) {
-      setenv(a == "--transport" ? "RDMASHIM_TRANSPORT" : "RDMASHIM_LOG", argv[++i], 1);
+    if (a == "--transport" && i + 1 < argc) {
+      rdmashim::TransportChoice ignored;
+      if (!rdmashim::parse_transport(argv[i + 1], &ignored)) {
+        fprintf(stderr, "rdmashim run: --transport takes %s\n", rdmashim::kTransportNames);
+        return 2;
+      }
+      setenv("RDMASHIM_TRANSPORT", argv[++i], 1);
+    } else if (a == "--log" && i + 1 < argc) {
+      setenv("RDMASHIM_LOG", argv[++i], 1);
     } else if (a[0] == '-') {
       fprintf(stderr, "rdmashim run: unknown option %s\n", a.c_str());
       usage();

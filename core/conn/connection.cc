@@ -74,10 +74,6 @@ int send_all(int fd, const void* buf, size_t len) {
   return 0;
 }
 
-bool valid_ring_size(uint64_t size) {
-  return size >= 4096 && size <= (uint64_t{1} << 28) && (size & (size - 1)) == 0;
-}
-
 }  // namespace
 
 // ---------------------------------------------------------------------------
@@ -171,7 +167,7 @@ Connection* Connection::adopt_described(int fd, const char* text) {
   c->io_started_.store(true);
   c->settled_ = true;
   c->outcome_ = stats::Outcome::kShm;
-  log::info("fd %d (%s) -> shm (inherited across exec)", fd, role == 'c' ? "client" : "server");
+  RDMASHIM_INFO("fd %d (%s) -> shm (inherited across exec)", fd, role == 'c' ? "client" : "server");
   return c;
 }
 
@@ -202,7 +198,7 @@ void Connection::drain_before_close() {
   // Anything still unread makes the kernel answer our close with RST.
   int left = 0;
   if (log::enabled(3) && sys::real().ioctl(fd(), FIONREAD, &left) == 0 && left > 0) {
-    log::debug("fd %d: closing with %d unread TCP bytes (rx %d, tx %d, frame_left %u, hdr %u)", fd(), left,
+    RDMASHIM_DEBUG("fd %d: closing with %d unread TCP bytes (rx %d, tx %d, frame_left %u, hdr %u)", fd(), left,
                static_cast<int>(rx_), static_cast<int>(tx_), rx_frame_left_, rx_hdr_have_);
   }
 }
@@ -211,7 +207,7 @@ void Connection::drain_before_close() {
 void Connection::flush_tx() {
   if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
   int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms));
-  if (r != 0) log::debug("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+  if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
 }
 
 void Connection::follow_sibling_switch_rx() {
@@ -287,7 +283,7 @@ Connection* Connection::make_client(int fd) {
       c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), cfg.ring_size, &err);
     }
     if (c->verbs_) offer |= wire::kTransportVerbs;
-    else log::debug("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
+    else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
   }
   if (offer & wire::kTransportShm) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
   if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
@@ -297,7 +293,7 @@ Connection* Connection::make_client(int fd) {
   } msg{};
   if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
     stats::count(stats::Outcome::kTcpSetupFailed);
-    log::info("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
     delete c;
     return nullptr;
   }
@@ -337,7 +333,7 @@ void Connection::settle(stats::Outcome o) {
   settled_ = true;
   outcome_ = o;
   stats::count(o);
-  log::info("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
+  RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 
 std::unique_lock<std::mutex> Connection::lock_tx_for_handler() {
@@ -484,7 +480,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       adopt(std::move(t));
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
-      log::debug("fd %d: verbs setup failed: %s", fd(), strerror(-err));
+      RDMASHIM_DEBUG("fd %d: verbs setup failed: %s", fd(), strerror(-err));
     }
   }
   if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs &&
@@ -497,7 +493,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       adopt(std::move(t));
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
-      log::debug("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
+      RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
   if (send_all(fd_, &msg, len) != 0) {
@@ -562,7 +558,7 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   verbs_.reset();
   if (!transport_) {
     if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
-    if (ack.transport != 0) log::debug("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
+    if (ack.transport != 0) RDMASHIM_DEBUG("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
     tx_go_plain();
     settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
@@ -1391,7 +1387,7 @@ int Connection::epipe(int flags) {
 // The peer broke the protocol (or its memory): the stream cannot be trusted
 // any more. Both directions end as with a reset.
 int Connection::broken(const char* what) {
-  log::warn("fd %d: peer protocol error (%s); resetting the connection", fd(), what);
+  RDMASHIM_WARN("fd %d: peer protocol error (%s); resetting the connection", fd(), what);
   linger lg{1, 0};
   sys::real().setsockopt(fd_, SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
   sys::real().shutdown(fd_, SHUT_RDWR);

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "sys/sys.h"
+#include "util/config.h"
 #include "util/log.h"
 
 namespace rdmashim::discovery {
@@ -107,8 +108,8 @@ const std::vector<Rule>& rules() {
   static const std::vector<Rule> parsed = [] {
     std::vector<Rule> r;
     std::string bad;
-    if (!parse_rules(getenv("RDMASHIM_PEERS"), &r, &bad)) {
-      log::warn("ignoring RDMASHIM_PEERS: cannot parse '%s' (expected [!]ADDRESS[/PREFIX],...)", bad.c_str());
+    if (!parse_rules(config().peers, &r, &bad)) {
+      RDMASHIM_WARN("ignoring RDMASHIM_PEERS: cannot parse '%s' (expected [!]ADDRESS[/PREFIX],...)", bad.c_str());
       r.clear();
     }
     return r;

@@ -153,7 +153,7 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   sockaddr_storage addr{};
   memcpy(&addr, local, std::min<size_t>(len, sizeof addr));
   if (rdmacm()->bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 || rdmacm()->listen(id, 64) != 0) {
-    log::debug("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
+    RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
     rdmacm()->destroy_id(id);
     return nullptr;
   }

@@ -14,8 +14,6 @@ namespace {
 Config g_config;
 pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
-constexpr size_t kMinRing = 4096;
-constexpr size_t kMaxRing = size_t{1} << 28;
 
 template <typename T>
 void read_number(const char* name, T* field, uint64_t lo, uint64_t hi) {
@@ -23,7 +21,7 @@ void read_number(const char* name, T* field, uint64_t lo, uint64_t hi) {
   if (!text || !*text) return;
   uint64_t v = 0;
   if (!parse_size(text, &v) || v < lo || v > hi) {
-    log::warn("ignoring %s=%s (expected %llu..%llu)", name, text,
+    RDMASHIM_WARN("ignoring %s=%s (expected %llu..%llu)", name, text,
               static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
     return;
   }
@@ -40,32 +38,54 @@ void load() {
     else if (!strcmp(t, "debug") || !strcmp(t, "3")) c.log_level = 3;
   }
   log::set_level(c.log_level);
+  log::set_file(getenv("RDMASHIM_LOG_FILE"));
 
-  if (const char* t = getenv("RDMASHIM_TRANSPORT"); t && *t) {
-    if (!strcmp(t, "auto")) c.transport = TransportChoice::kAuto;
-    else if (!strcmp(t, "shm")) c.transport = TransportChoice::kShm;
-    else if (!strcmp(t, "verbs")) c.transport = TransportChoice::kVerbs;
-    else if (!strcmp(t, "tcp")) c.transport = TransportChoice::kTcp;
-    else log::warn("ignoring RDMASHIM_TRANSPORT=%s (expected auto|shm|verbs|tcp)", t);
+  if (const char* t = getenv("RDMASHIM_TRANSPORT"); t && *t && !parse_transport(t, &c.transport)) {
+    RDMASHIM_WARN("ignoring RDMASHIM_TRANSPORT=%s (expected %s)", t, kTransportNames);
   }
   read_number("RDMASHIM_SETUP_TIMEOUT_MS", &c.setup_timeout_ms, 1, 600000);
   read_number("RDMASHIM_SPIN_US", &c.spin_us, 0, 1000000);
   size_t ring = c.ring_size;
-  read_number("RDMASHIM_RING_SIZE", &ring, kMinRing, kMaxRing);
+  read_number("RDMASHIM_RING_SIZE", &ring, kMinRingSize, kMaxRingSize);
   if (ring & (ring - 1)) {
-    log::warn("ignoring RDMASHIM_RING_SIZE=%zu (must be a power of two)", ring);
+    RDMASHIM_WARN("ignoring RDMASHIM_RING_SIZE=%zu (must be a power of two)", ring);
   } else {
     c.ring_size = ring;
   }
   if (const char* t = getenv("RDMASHIM_FORKGEN"); t && *t) {
     uint64_t v = 0;
     if (parse_size(t, &v) && v < 64) c.fork_generation = static_cast<int>(v);
-    else log::warn("ignoring RDMASHIM_FORKGEN=%s (expected 0..63)", t);
+    else RDMASHIM_WARN("ignoring RDMASHIM_FORKGEN=%s (expected 0..63)", t);
   }
   if (const char* t = getenv("RDMASHIM_DISABLE"); t && *t && strcmp(t, "0") != 0) c.disabled = true;
+  if (const char* t = getenv("RDMASHIM_DEVICE"); t && *t) {
+    if (strlen(t) < sizeof c.device) memcpy(c.device, t, strlen(t) + 1);
+    else RDMASHIM_WARN("ignoring RDMASHIM_DEVICE=%s (longer than any device name)", t);
+  }
+  read_number("RDMASHIM_GID_INDEX", &c.gid_index, 0, 255);
+  // Kept as the environment holds it; discovery parses (and warns about) it.
+  if (const char* t = getenv("RDMASHIM_PEERS"); t && *t) c.peers = strdup(t);
 }
 
 }  // namespace
+
+const char* transport_name(TransportChoice t) {
+  switch (t) {
+    case TransportChoice::kAuto: return "auto";
+    case TransportChoice::kShm: return "shm";
+    case TransportChoice::kVerbs: return "verbs";
+    case TransportChoice::kTcp: return "tcp";
+  }
+  return "auto";
+}
+
+bool parse_transport(const char* text, TransportChoice* out) {
+  for (TransportChoice t : {TransportChoice::kAuto, TransportChoice::kShm, TransportChoice::kVerbs,
+                            TransportChoice::kTcp}) {
+    if (text && strcmp(text, transport_name(t)) == 0) return *out = t, true;
+  }
+  return false;
+}
 
 bool parse_size(const char* text, uint64_t* out) {
   if (!text || *text < '0' || *text > '9') return false;

@@ -1,23 +1,38 @@
 // Process-wide settings, read once from RDMASHIM_* environment variables.
-// Every variable is documented in the README's table; bad values are reported
-// once and replaced by the default, never fatal.
+// Every variable is read here and nowhere else, and every one is documented
+// in the README's table; bad values are reported once and replaced by the
+// default, never fatal.
 #pragma once
 
 #include <cstddef>
 #include <cstdint>
 
+#include "ring/ring_limits.h"
+
 namespace rdmashim {
 
 enum class TransportChoice { kAuto, kShm, kVerbs, kTcp };
+
+// The one spelling of each choice ("auto", "shm", "verbs", "tcp"), for the
+// environment, the tools' --transport and what they print.
+const char* transport_name(TransportChoice t);
+// False (and *out untouched) for anything but the four names.
+bool parse_transport(const char* text, TransportChoice* out);
+inline constexpr const char* kTransportNames = "auto|shm|verbs|tcp";
 
 struct Config {
   TransportChoice transport = TransportChoice::kAuto;  // RDMASHIM_TRANSPORT
   uint32_t setup_timeout_ms = 2000;                    // RDMASHIM_SETUP_TIMEOUT_MS
   uint32_t spin_us = 50;                               // RDMASHIM_SPIN_US
-  size_t ring_size = 1024 * 1024;                      // RDMASHIM_RING_SIZE (power of two)
+  size_t ring_size = kDefaultRingSize;                 // RDMASHIM_RING_SIZE (power of two)
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   bool disabled = false;                               // RDMASHIM_DISABLE=1
+  // RDMASHIM_DEVICE: the RDMA device by name; "" picks the first active one.
+  char device[64] = {};
+  int gid_index = -1;           // RDMASHIM_GID_INDEX (-1: chosen per connection)
+  const char* peers = nullptr;  // RDMASHIM_PEERS, raw (parsed by discovery)
+  // RDMASHIM_LOG_FILE is applied to the logger directly (log::set_file).
 };
 
 // Parsed on first use; immutable afterwards.

@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <condition_variable>
@@ -81,7 +82,7 @@ Device* Device::get(int* err) {
   std::unique_lock<std::mutex> l(job->mu);
   uint32_t ms = config().setup_timeout_ms;
   if (!job->cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return job->done; })) {
-    log::warn("verbs: the RDMA provider did not answer within %u ms; this process goes on without verbs", ms);
+    RDMASHIM_WARN("verbs: the RDMA provider did not answer within %u ms; this process goes on without verbs", ms);
     *err = g_err = -ETIMEDOUT;
     return nullptr;
   }
@@ -106,7 +107,7 @@ Device* Device::open_first(int* err) {
     *err = -ENODEV;
     return nullptr;
   }
-  const char* wanted = getenv("RDMASHIM_DEVICE");
+  const char* wanted = config().device;
   auto* d = new (std::nothrow) Device();
   for (int i = 0; d && i < n && !d->ctx_; ++i) {
     const char* name = api->get_device_name(list[i]);
@@ -137,7 +138,7 @@ Device* Device::open_first(int* err) {
     *err = -ENODEV;
     return nullptr;
   }
-  log::info("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
+  RDMASHIM_INFO("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
   *err = 0;
   return d;
 }
@@ -172,9 +173,11 @@ bool Device::gid(int index, ibv_gid* out) const {
 }
 
 int Device::gid_index_for(const sockaddr* local) const {
-  if (const char* env = getenv("RDMASHIM_GID_INDEX"); env && *env) {
-    uint64_t v = 0;
-    if (parse_size(env, &v) && v < static_cast<uint64_t>(gid_table_len_)) return static_cast<int>(v);
+  if (int want = config().gid_index; want >= 0) {
+    if (want < gid_table_len_) return want;
+    static std::atomic<bool> warned{false};
+    if (!warned.exchange(true)) RDMASHIM_WARN("ignoring RDMASHIM_GID_INDEX=%d (%s port %u has %d GIDs); choosing one per connection",
+                  want, name_.c_str(), port_, gid_table_len_);
   }
   if (!ethernet_) return 0;  // InfiniBand: the port GID, routed by LID
   in_addr want{};

@@ -13,7 +13,8 @@
 //   waiting: the CQ's completion channel is the doorbell; prepare_sleep()
 //            arms it, the caller re-checks, then sleeps on its fd.
 // Immediate data carries positions modulo 2^31, widened again on receipt
-// (rings are at most 256 MiB, so no update can be that far ahead).
+// (a ring is at most kMaxRingSize, so no update can be 2^30 ahead: asserted
+// below, with the Params frame's u32 ring size).
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -24,6 +25,7 @@
 #include <mutex>
 
 #include "link/link.h"
+#include "ring/ring_limits.h"
 #include "verbs/device.h"
 #include "wire/wire.h"
 
@@ -52,6 +54,8 @@ struct Params {
   uint8_t mtu;
   uint8_t reserved[5];
 };
+static_assert(kMaxRingSize < (uint64_t{1} << 30), "positions travel modulo 2^31 in immediate data");
+static_assert(kMaxRingSize <= UINT32_MAX, "Params carries the ring size in a u32");
 static_assert(sizeof(Params) == wire::kParamsBytes && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
 
 class VerbsLink final : public Link {

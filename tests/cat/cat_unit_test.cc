@@ -13,7 +13,7 @@
 
 #include "cat/common.h"
 #include "cat/stream_format.h"
-#include "cat/xxh64.h"
+#include "cat/checksum.h"
 
 using namespace rdmashim::cat;
 
@@ -44,7 +44,6 @@ TEST(Xxh64, StreamingEqualsOneShotForAnySplit) {
         at += n;
       }
       ASSERT_EQ(x.digest(), want) << "len " << len;
-      ASSERT_EQ(x.bytes(), len);
     }
   }
 }

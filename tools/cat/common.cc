@@ -16,15 +16,10 @@
 #include <cstring>
 
 #include "cat/stream_format.h"
+#include "json.h"
 #include "util/config.h"
 
 namespace rdmashim::cat {
-
-uint64_t now_ns() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
-}
 
 // ---------------------------------------------------------------------------
 // Arguments
@@ -69,7 +64,10 @@ OptionParse parse_common_option(const char* tool, const std::string& a, const ch
   return OptionParse::kTaken;
 }
 
-bool valid_transport(const std::string& t) { return t == "auto" || t == "shm" || t == "verbs" || t == "tcp"; }
+bool valid_transport(const std::string& t) {
+  TransportChoice ignored;
+  return parse_transport(t.c_str(), &ignored);
+}
 
 bool transport_matches(const std::string& asked, const char* got) {
   if (asked.empty() || asked == "auto") return true;
@@ -301,15 +299,17 @@ std::string human_bytes(uint64_t n) {
 
 std::string json_summary(const char* tool, uint64_t bytes, double seconds, const char* transport, bool verified,
                          uint64_t checksum) {
-  char buf[512];
+  char buf[256];
   double rate = seconds > 0 ? static_cast<double>(bytes) / seconds : 0;
-  int n = snprintf(buf, sizeof buf,
-                   "{\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"bytes_per_s\":%.0f,\"transport\":\"%s\","
-                   "\"tool\":\"%s\",\"verified\":%s",
-                   bytes, seconds, rate, transport, tool, verified ? "true" : "false");
-  if (verified) n += snprintf(buf + n, sizeof buf - n, ",\"xxh64\":\"%016" PRIx64 "\"", checksum);
-  snprintf(buf + n, sizeof buf - n, "}");
-  return buf;
+  snprintf(buf, sizeof buf, "{\"bytes\":%" PRIu64 ",\"seconds\":%.6f,\"bytes_per_s\":%.0f,", bytes, seconds, rate);
+  std::string out = buf;
+  out += "\"transport\":" + tools::json_quote(transport) + ",\"tool\":" + tools::json_quote(tool);
+  out += verified ? ",\"verified\":true" : ",\"verified\":false";
+  if (verified) {
+    snprintf(buf, sizeof buf, ",\"xxh64\":\"%016" PRIx64 "\"", checksum);
+    out += buf;
+  }
+  return out + "}";
 }
 
 // ---------------------------------------------------------------------------

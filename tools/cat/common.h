@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "api/stream.h"
+#include "util/misc.h"
 
 namespace rdmashim::cat {
 
@@ -23,8 +24,6 @@ namespace rdmashim::cat {
 constexpr int kExitOk = 0;
 constexpr int kExitFailed = 1;  // the transfer failed: peer died, short stream, mismatch, output closed
 constexpr int kExitUsage = 2;
-
-uint64_t now_ns();
 
 // "HOST:PORT", "HOST", ":PORT", "PORT" (listen only), "[V6]:PORT", "[V6]".
 // A missing host is `default_host`, a missing port kDefaultPort.

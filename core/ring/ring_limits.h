@@ -1,0 +1,25 @@
+// Ring sizes every transport must accept, in one place. The ring protocol
+// keeps 64-bit cursors; the verbs link carries positions modulo 2^31 in
+// immediate data and the Params frame carries the size in a u32, both of
+// which hold only while a ring is at most kMaxRingSize (static_asserts beside
+// them).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace rdmashim {
+
+inline constexpr size_t kMinRingSize = size_t{4} << 10;    // one page
+inline constexpr size_t kMaxRingSize = size_t{256} << 20;  // 2^28
+inline constexpr size_t kDefaultRingSize = 1024 * 1024;  // tests/cat reads this line
+
+// A size a peer or a user may ask for: a power of two within the limits.
+constexpr bool valid_ring_size(uint64_t size) {
+  return size >= kMinRingSize && size <= kMaxRingSize && (size & (size - 1)) == 0;
+}
+
+static_assert(valid_ring_size(kMinRingSize) && valid_ring_size(kMaxRingSize) &&
+              valid_ring_size(kDefaultRingSize));
+
+}  // namespace rdmashim
