@@ -16,6 +16,11 @@
 // Any failure before a direction switched sends Plain instead, and that
 // direction continues as raw TCP: nothing is lost, nothing is duplicated.
 // All methods return a count or a negative errno; none throws.
+//
+// Implemented by concern: connection.cc (creation, state, shutdown and
+// close), handshake.cc (Hello/Ack/Params, switching, fallback),
+// data_path.cc (recv and send), readiness.cc (poll readiness, waiting on the
+// doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
 #include <sys/uio.h>
@@ -26,7 +31,7 @@
 #include <mutex>
 #include <string>
 
-#include "conn/transport.h"
+#include "link/transport.h"
 #include "ring/ring_channel.h"
 #include "shm/rendezvous.h"
 #include "util/stats.h"
