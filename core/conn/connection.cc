@@ -68,7 +68,9 @@ Connection::~Connection() {
   if (transport_) transport_->remove_user();
 }
 
-Connection* Connection::make_server(int fd) { return new (std::nothrow) Connection(fd, Role::kServer); }
+std::unique_ptr<Connection> Connection::make_server(int fd) {
+  return std::unique_ptr<Connection>(new (std::nothrow) Connection(fd, Role::kServer));
+}
 
 const char* Connection::transport_name() const { return stats::name(outcome_); }
 

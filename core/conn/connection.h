@@ -51,9 +51,9 @@ class Connection {
 
   // A connected client socket whose peer advertised rdmashim on this host:
   // sends the Hello. nullptr if nothing was sent (stay plain).
-  static Connection* make_client(int fd);
+  static std::unique_ptr<Connection> make_client(int fd);
   // A freshly accepted socket of a listener under rdmashim.
-  static Connection* make_server(int fd);
+  static std::unique_ptr<Connection> make_server(int fd);
   ~Connection();
 
   Connection(const Connection&) = delete;
@@ -111,7 +111,7 @@ class Connection {
   // image, keeping its transport's descriptors open; "" if it cannot follow
   // exec as it is. The text is parsed by adopt_described() in the new image.
   std::string describe_for_exec();
-  static Connection* adopt_described(int fd, const char* text);
+  static std::unique_ptr<Connection> adopt_described(int fd, const char* text);
 
   // Before the last close: consumes rdmashim's own frames still waiting on
   // the TCP side (a Switch, a Ping, a Close), never application data. Left

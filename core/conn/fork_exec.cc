@@ -48,7 +48,7 @@ std::string Connection::describe_for_exec() {
   return head + t;
 }
 
-Connection* Connection::adopt_described(int fd, const char* text) {
+std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text) {
   char role, rx, tx, want;
   unsigned flags = 0;
   unsigned long long final_pos = 0;
@@ -60,13 +60,11 @@ Connection* Connection::adopt_described(int fd, const char* text) {
   int err = 0;
   auto t = shm::ShmTransport::adopt(text + used, &err);
   if (!t) return nullptr;
-  auto* c = new (std::nothrow) Connection(fd, role == 'c' ? Role::kClient : Role::kServer);
+  std::unique_ptr<Connection> c(
+      new (std::nothrow) Connection(fd, role == 'c' ? Role::kClient : Role::kServer));
   if (!c) return nullptr;
   c->adopt(std::move(t));
-  if (!c->ring_) {
-    delete c;
-    return nullptr;
-  }
+  if (!c->ring_) return nullptr;
   c->ring_->resync_rx();
   c->ring_->resync_tx();
   c->rx_ = rx == 'R' ? Rx::kRing : Rx::kFramed;

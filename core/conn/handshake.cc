@@ -35,12 +35,12 @@ bool valid_ring_size(uint64_t size) {
 
 using conn_internal::send_all;
 
-Connection* Connection::make_client(int fd) {
+std::unique_ptr<Connection> Connection::make_client(int fd) {
   if (!upgrades_allowed()) {
     stats::count(stats::Outcome::kTcpPolicy);
     return nullptr;
   }
-  auto* c = new (std::nothrow) Connection(fd, Role::kClient);
+  std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
   if (!c) return nullptr;
   // Shared memory to a peer on this host, verbs to one elsewhere (or to any
   // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
@@ -68,7 +68,6 @@ Connection* Connection::make_client(int fd) {
   if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
     stats::count(stats::Outcome::kTcpSetupFailed);
     log::info("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
-    delete c;
     return nullptr;
   }
   wire::Hello& hello = msg.hello;
@@ -92,7 +91,6 @@ Connection* Connection::make_client(int fd) {
   }
   if (n != static_cast<ssize_t>(len)) {
     stats::count(stats::Outcome::kTcpSetupFailed);
-    delete c;
     return nullptr;
   }
   return c;
