@@ -20,14 +20,14 @@
 
 namespace rdmashim::preload {
 
-struct EpollSet;  // hooks_readiness.cc
+struct EpollSet;  // epoll_set.h
 
 struct Entry {
   enum class Kind : uint8_t {
     kListener,  // a listening TCP socket we advertised
     kPending,   // a client socket whose non-blocking connect is in progress
     kStream,    // a connection we may upgrade (or did)
-    kEpoll,     // an epoll instance (see hooks_readiness.cc)
+    kEpoll,     // an epoll instance (see hooks_epoll.cc)
   };
 
   explicit Entry(Kind k) : kind(k) {}

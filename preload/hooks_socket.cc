@@ -17,7 +17,9 @@
 #include <climits>
 #include <cstdarg>
 #include <cstring>
+#include <memory>
 #include <new>
+#include <utility>
 #include <vector>
 
 #include "discovery/registry.h"
@@ -107,13 +109,11 @@ int track_accepted(int listener, int fd) {
     }
   }
   if (l && l->kind.load() == Entry::Kind::kListener) {
-    Connection* conn = Connection::make_server(fd);
+    std::unique_ptr<Connection> conn = Connection::make_server(fd);
     auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
     if (e) {
-      e->conn.reset(conn);
+      e->conn = std::move(conn);
       attach(fd, e);
-    } else {
-      delete conn;
     }
   }
   errno = saved;
@@ -171,14 +171,11 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
     // A name that is no longer the same socket, or already known: leave all alone.
     if (table().get(fd) || fstat(fd, &st) != 0 || st.st_ino != first.st_ino || st.st_dev != first.st_dev) return;
   }
-  Connection* conn = state.empty() ? Connection::make_server(names[0])
-                                   : Connection::adopt_described(names[0], state.c_str());
+  std::unique_ptr<Connection> conn = state.empty() ? Connection::make_server(names[0])
+                                                   : Connection::adopt_described(names[0], state.c_str());
   auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
-  if (!e) {
-    delete conn;
-    return;
-  }
-  e->conn.reset(conn);
+  if (!e) return;
+  e->conn = std::move(conn);
   for (int fd : names) attach(fd, e);
 }
 
@@ -203,17 +200,17 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) 
     remember_plain(fd);
     return;
   }
-  Connection* conn = Connection::make_client(fd);
+  std::unique_ptr<Connection> conn = Connection::make_client(fd);
   if (!conn) {
     remember_plain(fd);
     return;
   }
   auto* e = new (std::nothrow) Entry(Entry::Kind::kStream);
   if (!e) {
-    delete conn;  // the Hello went out: without an entry the stream would be garbled
+    conn.reset();  // the Hello went out: without an entry the stream would be garbled
     return;
   }
-  e->conn.reset(conn);
+  e->conn = std::move(conn);
   attach(fd, e);
 }
 

@@ -39,7 +39,7 @@ Stream::Stream() = default;
 Stream::Stream(Stream&&) noexcept = default;
 Stream& Stream::operator=(Stream&&) noexcept = default;
 Stream::~Stream() = default;
-Stream::Stream(UniqueFd fd, Connection* conn) : fd_(std::move(fd)), conn_(conn) {}
+Stream::Stream(UniqueFd fd, std::unique_ptr<Connection> conn) : fd_(std::move(fd)), conn_(std::move(conn)) {}
 
 Stream Stream::connect(const char* host, uint16_t port, int* err) {
   addrinfo* list = nullptr;
@@ -58,7 +58,7 @@ Stream Stream::connect(const char* host, uint16_t port, int* err) {
       continue;
     }
     set_nodelay(fd.get());
-    Connection* conn = nullptr;
+    std::unique_ptr<Connection> conn;
     if (discovery::is_rdmashim_peer(a->ai_addr, a->ai_addrlen)) {
       conn = Connection::make_client(fd.get());
       if (conn) conn->finish_setup(static_cast<int>(config().setup_timeout_ms));
@@ -67,7 +67,7 @@ Stream Stream::connect(const char* host, uint16_t port, int* err) {
     }
     freeaddrinfo(list);
     *err = 0;
-    return Stream(std::move(fd), conn);
+    return Stream(std::move(fd), std::move(conn));
   }
   freeaddrinfo(list);
   return Stream();
@@ -161,10 +161,10 @@ Stream Listener::accept(int* err) {
     return Stream();
   }
   set_nodelay(fd);
-  Connection* conn = Connection::make_server(fd);
+  std::unique_ptr<Connection> conn = Connection::make_server(fd);
   if (conn) conn->finish_setup(static_cast<int>(config().setup_timeout_ms));
   *err = 0;
-  return Stream(UniqueFd(fd), conn);
+  return Stream(UniqueFd(fd), std::move(conn));
 }
 
 uint16_t Listener::port() const {

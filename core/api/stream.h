@@ -42,7 +42,7 @@ class Stream {
 
  private:
   friend class Listener;
-  Stream(UniqueFd fd, Connection* conn);
+  Stream(UniqueFd fd, std::unique_ptr<Connection> conn);
   UniqueFd fd_;
   std::unique_ptr<Connection> conn_;
 };

@@ -16,6 +16,11 @@
 // Any failure before a direction switched sends Plain instead, and that
 // direction continues as raw TCP: nothing is lost, nothing is duplicated.
 // All methods return a count or a negative errno; none throws.
+//
+// Implemented by concern: connection.cc (creation, state, shutdown and
+// close), handshake.cc (Hello/Ack/Params, switching, fallback),
+// data_path.cc (recv and send), readiness.cc (poll readiness, waiting on the
+// doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
 #include <sys/uio.h>
@@ -26,7 +31,7 @@
 #include <mutex>
 #include <string>
 
-#include "conn/transport.h"
+#include "link/transport.h"
 #include "ring/ring_channel.h"
 #include "shm/rendezvous.h"
 #include "util/stats.h"
@@ -46,9 +51,9 @@ class Connection {
 
   // A connected client socket whose peer advertised rdmashim on this host:
   // sends the Hello. nullptr if nothing was sent (stay plain).
-  static Connection* make_client(int fd);
+  static std::unique_ptr<Connection> make_client(int fd);
   // A freshly accepted socket of a listener under rdmashim.
-  static Connection* make_server(int fd);
+  static std::unique_ptr<Connection> make_server(int fd);
   ~Connection();
 
   Connection(const Connection&) = delete;
@@ -106,7 +111,7 @@ class Connection {
   // image, keeping its transport's descriptors open; "" if it cannot follow
   // exec as it is. The text is parsed by adopt_described() in the new image.
   std::string describe_for_exec();
-  static Connection* adopt_described(int fd, const char* text);
+  static std::unique_ptr<Connection> adopt_described(int fd, const char* text);
 
   // Before the last close: consumes rdmashim's own frames still waiting on
   // the TCP side (a Switch, a Ping, a Close), never application data. Left

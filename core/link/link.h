@@ -4,9 +4,9 @@
 //   producer: put(offset, bytes)* then publish_tail(tail)   -> peer sees data
 //   consumer: reads its own rx memory, then publish_head(h)  -> peer sees credit
 //
-// Three links implement it: shared memory (ShmLink), RDMA verbs (next), and an
-// in-process fake with fault injection for the unit tests (FakeLink). The ring
-// protocol above it (RingChannel) is the same for all of them.
+// Three links implement it: shared memory (ShmLink), RDMA verbs (VerbsLink),
+// and an in-process fake with fault injection for the unit tests (FakeLink).
+// The ring protocol above it (RingChannel) is the same for all of them.
 #pragma once
 
 #include <cstddef>

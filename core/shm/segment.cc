@@ -30,8 +30,8 @@ bool is_eventfd(int fd) {
 
 }  // namespace
 
-Segment* Segment::create(size_t ring_size, int* err) {
-  auto* s = new (std::nothrow) Segment();
+std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
+  std::unique_ptr<Segment> s(new (std::nothrow) Segment());
   if (!s) {
     *err = -ENOMEM;
     return nullptr;
@@ -47,7 +47,6 @@ Segment* Segment::create(size_t ring_size, int* err) {
       sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0 ||
       (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED) {
     *err = -(errno ? errno : EIO);
-    delete s;
     return nullptr;
   }
   s->header_ = new (base) SegmentHeader();
@@ -57,9 +56,9 @@ Segment* Segment::create(size_t ring_size, int* err) {
   return s;
 }
 
-Segment* Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                         size_t ring_size, int* err) {
-  auto* s = new (std::nothrow) Segment();
+std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
+                                         size_t ring_size, int* err) {
+  std::unique_ptr<Segment> s(new (std::nothrow) Segment());
   if (!s) {
     *err = -ENOMEM;
     return nullptr;
@@ -81,14 +80,12 @@ Segment* Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd door
   void* base = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0) : MAP_FAILED;
   if (base == MAP_FAILED) {
     *err = ok ? -errno : -EPROTO;
-    delete s;
     return nullptr;
   }
   s->header_ = static_cast<SegmentHeader*>(base);
   if (s->header_->magic != kSegmentMagic || s->header_->version != kSegmentVersion ||
       s->header_->ring_size != ring_size) {
     *err = -EPROTO;
-    delete s;
     return nullptr;
   }
   return s;

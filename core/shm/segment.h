@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 
 #include "util/unique_fd.h"
 
@@ -65,12 +66,12 @@ class Segment {
  public:
   // Creates, seals and maps a fresh segment and both doorbells.
   // Returns nullptr with *err set (a negative errno) on failure.
-  static Segment* create(size_t ring_size, int* err);
+  static std::unique_ptr<Segment> create(size_t ring_size, int* err);
   // Maps a segment received from the peer after checking everything about it:
   // the memfd's seals and size, the header, and that the doorbells are eventfds.
   // Takes ownership of the descriptors in every case.
-  static Segment* attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                         size_t ring_size, int* err);
+  static std::unique_ptr<Segment> attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
+                                         size_t ring_size, int* err);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;

@@ -37,7 +37,7 @@ std::unique_ptr<ShmTransport> ShmTransport::adopt(const char* text, int* err) {
   }
   // Ours again: close them if this image execs without handing them on.
   for (int fd : {memfd, dc, ds}) sys::real().fcntl(fd, F_SETFD, FD_CLOEXEC);
-  std::unique_ptr<Segment> segment(Segment::attach(UniqueFd(memfd), UniqueFd(dc), UniqueFd(ds), ring, err));
+  std::unique_ptr<Segment> segment = Segment::attach(UniqueFd(memfd), UniqueFd(dc), UniqueFd(ds), ring, err);
   if (!segment) return nullptr;
   std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), side == 0 ? kClient : kServer));
   if (!t) *err = -ENOMEM;
@@ -67,7 +67,7 @@ void ShmTransport::unlock(Dir d) {
 
 std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
                                                   const unsigned char (&token)[kTokenBytes], int* err) {
-  std::unique_ptr<Segment> segment(Segment::create(ring_size, err));
+  std::unique_ptr<Segment> segment = Segment::create(ring_size, err);
   if (!segment) return nullptr;
   const int fds[kHandoffFds] = {segment->memfd(), segment->doorbell(kClient), segment->doorbell(kServer)};
   *err = send_descriptors(rendezvous, token, fds);
@@ -82,8 +82,8 @@ std::unique_ptr<ShmTransport> ShmTransport::accept(int listener, const unsigned 
   UniqueFd fds[kHandoffFds];
   *err = receive_descriptors(listener, token, fds);
   if (*err != 0) return nullptr;
-  std::unique_ptr<Segment> segment(
-      Segment::attach(std::move(fds[0]), std::move(fds[1]), std::move(fds[2]), ring_size, err));
+  std::unique_ptr<Segment> segment =
+      Segment::attach(std::move(fds[0]), std::move(fds[1]), std::move(fds[2]), ring_size, err);
   if (!segment) return nullptr;
   std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), kClient));
   if (!t) *err = -ENOMEM;

@@ -4,7 +4,7 @@
 
 #include <memory>
 
-#include "conn/transport.h"
+#include "link/transport.h"
 #include "shm/rendezvous.h"
 #include "shm/shm_link.h"
 

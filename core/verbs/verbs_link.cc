@@ -1,44 +1,18 @@
+// VerbsLink's data path: put and publish (RDMA WRITE WITH IMM), credits,
+// polling the completion queue, flushing, sleeping on the completion
+// channel, and the idle heartbeat's credit. Setup is in verbs_link_setup.cc.
 #include "verbs/verbs_link.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
+#include <sched.h>
 
-#include <pthread.h>
-#include <signal.h>
-#include <unistd.h>
-
-#include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <new>
-#include <vector>
 
-#include "sys/sys.h"
 #include "util/misc.h"
-#include "util/thread.h"
 #include "verbs/ibv_api.h"
 
 namespace rdmashim::verbs {
-namespace {
-
-constexpr unsigned kHeartbeatSeconds = 60;
-std::mutex g_links_mu;
-std::vector<VerbsLink*> g_links;  // connected links of this process
-bool g_heartbeat_started = false;
-
-void start_heartbeat_locked() {
-  if (!g_heartbeat_started) g_heartbeat_started = start_background_thread(heartbeat_loop, nullptr);
-}
-
-}  // namespace
-
-void* heartbeat_loop(void*) {
-  for (;;) {
-    sleep(kHeartbeatSeconds);
-    std::lock_guard<std::mutex> lock(g_links_mu);
-    for (VerbsLink* l : g_links) l->heartbeat_if_idle();
-  }
-}
 
 void VerbsLink::heartbeat_if_idle() {
   uint64_t posts;
@@ -53,129 +27,6 @@ void VerbsLink::heartbeat_if_idle() {
     posts = posts_;
   }
   posts_at_beat_ = posts;
-}
-
-void VerbsLink::forget_after_fork() {
-  new (&g_links_mu) std::mutex();  // only this thread exists now (see Device::forget_after_fork)
-  g_links.clear();
-  g_heartbeat_started = false;
-}
-
-std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
-  const IbvApi* api = ibv();
-  std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
-  if (!l) return *err = -ENOMEM, nullptr;
-  l->ring_size_ = ring_size;
-  *err = -ENOMEM;
-  if (!dev.take(ring_size, true, &l->rx_) || !dev.take(ring_size, false, &l->tx_)) return nullptr;
-  *err = -EIO;
-  l->channel_ = api->create_comp_channel(dev.context());
-  if (!l->channel_) return nullptr;
-  // The doorbell must never block a check, and must not leak into exec'd programs.
-  sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
-  sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
-  l->cq_ = api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
-  if (!l->cq_) return nullptr;
-  ibv_qp_init_attr init{};
-  init.send_cq = l->cq_;
-  init.recv_cq = l->cq_;
-  init.qp_type = IBV_QPT_RC;
-  init.sq_sig_all = 0;
-  init.cap.max_send_wr = kSendDepth;
-  init.cap.max_recv_wr = kRecvDepth;
-  init.cap.max_send_sge = 1;
-  init.cap.max_recv_sge = 1;
-  init.cap.max_inline_data = 256;
-  l->qp_ = api->create_qp(dev.pd(), &init);
-  if (!l->qp_) {
-    init.cap.max_inline_data = 0;  // some providers cannot inline at all
-    l->qp_ = api->create_qp(dev.pd(), &init);
-  }
-  if (!l->qp_) return nullptr;
-  l->max_inline_ = init.cap.max_inline_data;
-
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.port_num = dev.port();
-  a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (api->modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
-    return nullptr;
-  }
-  l->repost_receives(kRecvDepth);
-
-  int gid_index = dev.gid_index_for(local);
-  ibv_gid gid{};
-  if (gid_index < 0 || !dev.gid(gid_index, &gid)) return nullptr;
-  uint32_t psn = 0;
-  random_bytes(&psn, sizeof psn);
-  l->local_.qpn = l->qp_->qp_num;
-  l->local_.psn = psn & 0xffffff;
-  memcpy(l->local_.gid, gid.raw, sizeof l->local_.gid);
-  l->local_.addr = reinterpret_cast<uintptr_t>(l->rx_.data);
-  l->local_.rkey = l->rx_.mr->rkey;
-  l->local_.ring_size = static_cast<uint32_t>(ring_size);
-  l->local_.lid = dev.lid();
-  l->local_.mtu = static_cast<uint8_t>(dev.mtu());
-  l->local_.reserved[0] = static_cast<uint8_t>(gid_index);  // ours, for our own RTR
-  *err = 0;
-  return l;
-}
-
-VerbsLink::~VerbsLink() {
-  if (connected_) {
-    std::lock_guard<std::mutex> lock(g_links_mu);
-    std::erase(g_links, this);
-  }
-  const IbvApi* api = ibv();
-  if (!api) return;
-  if (qp_) api->destroy_qp(qp_);
-  if (cq_) {
-    if (events_unacked_) api->ack_cq_events(cq_, events_unacked_);
-    api->destroy_cq(cq_);
-  }
-  if (channel_) api->destroy_comp_channel(channel_);
-  dev_.give_back(rx_);
-  dev_.give_back(tx_);
-}
-
-int VerbsLink::connect(const Params& peer) {
-  const IbvApi* api = ibv();
-  if (peer.ring_size != ring_size_ || connected_) return -EPROTO;
-  peer_ = peer;
-  ibv_qp_attr a{};
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = static_cast<ibv_mtu>(peer.mtu < static_cast<uint8_t>(dev_.mtu()) ? peer.mtu : static_cast<uint8_t>(dev_.mtu()));
-  a.dest_qp_num = peer.qpn;
-  a.rq_psn = peer.psn;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 12;
-  a.ah_attr.port_num = dev_.port();
-  if (dev_.ethernet()) {
-    a.ah_attr.is_global = 1;
-    memcpy(a.ah_attr.grh.dgid.raw, peer.gid, 16);
-    a.ah_attr.grh.sgid_index = local_.reserved[0];
-    a.ah_attr.grh.hop_limit = 64;
-  } else {
-    a.ah_attr.dlid = peer.lid;
-  }
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;    // 4.096 us * 2^14 = 67 ms per try
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;   // receives are always posted; RNR only in a stall
-  a.sq_psn = local_.psn;
-  a.max_rd_atomic = 1;
-  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
-  connected_ = true;
-  std::lock_guard<std::mutex> lock(g_links_mu);
-  g_links.push_back(this);
-  start_heartbeat_locked();
-  return 0;
 }
 
 uint64_t VerbsLink::widen(uint64_t old, uint32_t low31) {
@@ -323,13 +174,6 @@ int VerbsLink::flush(int timeout_ms) {
     if (now_ns() >= deadline) return -ETIMEDOUT;
     sched_yield();
   }
-}
-
-// At exit() the kernel would still deliver what a TCP socket had buffered;
-// RDMA WRITEs still in the send queue would die with our QPs instead.
-__attribute__((destructor)) static void flush_all_at_exit() {
-  std::lock_guard<std::mutex> lock(g_links_mu);
-  for (VerbsLink* l : g_links) l->flush(1000);
 }
 
 void VerbsLink::publish_tail(uint64_t tail) {

@@ -12,7 +12,7 @@
 
 #include <memory>
 
-#include "conn/transport.h"
+#include "link/transport.h"
 #include "verbs/verbs_link.h"
 
 namespace rdmashim::verbs {

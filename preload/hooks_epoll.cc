@@ -1,11 +1,10 @@
-// Hooks for waiting: poll, ppoll, select, pselect and the epoll family.
+// Hooks for waiting, the epoll family: epoll_create, epoll_create1,
+// epoll_ctl, epoll_wait, epoll_pwait and epoll_pwait2 (the poll family is in
+// hooks_poll.cc; the set's data structures in epoll_set.h).
 //
 // A socket whose data moved to a ring is quiet on its TCP side, so the
-// kernel cannot tell when it is readable or writable. For such "virtual"
-// descriptors rdmashim computes readiness from the ring (Connection::
-// poll_events) and, to sleep, adds the connection's doorbell eventfd to the
-// kernel wait, after asking the peer to ring it (arm). Descriptors that are
-// not on a ring keep the kernel's answer, so mixed sets work in one call.
+// kernel cannot tell when it is readable or writable; rdmashim computes its
+// readiness from the ring (Connection::poll_events).
 //
 // epoll: an upgradable socket added to an epoll set is registered in the
 // kernel under a tag that is the address of our per-set record (EpollSet),
@@ -16,244 +15,23 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/epoll.h>
-#include <sys/select.h>
 #include <time.h>
 
 #include <algorithm>
 #include <cerrno>
-#include <cstdlib>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <vector>
 
-#include <sched.h>
-
+#include "epoll_set.h"
 #include "preload.h"
-#include "util/config.h"
-#include "util/misc.h"
-#include "util/spin.h"
-
-namespace rdmashim::preload {
-
-// What we keep about one upgradable socket (or one epoll set of ours that
-// holds such sockets: nesting) in one epoll set.
-struct EpollReg {
-  int fd;
-  Ref entry;              // keeps the Connection (or the inner EpollSet) alive while registered
-  uint32_t events;        // the application's mask, flags included
-  epoll_data_t data;      // returned untouched
-  bool disabled = false;  // EPOLLONESHOT fired; MOD re-arms
-  bool doorbell_added = false;
-  // Edge-trigger state: what we saw at the last check.
-  uint32_t last_ready = 0;
-  uint64_t last_rx = 0, last_tx = 0;
-  EpollSet* inner() const { return entry->epoll.get(); }
-};
-
-// A registration the kernel holds natively for a socket that may still
-// become an upgradable stream (added before connect() completed).
-struct NativeReg {
-  int fd;
-  epoll_event ev;
-};
-
-struct EpollSet {
-  std::mutex mu;
-  std::vector<std::unique_ptr<EpollReg>> regs;
-  std::vector<NativeReg> natives;
-  int rotate = 0;          // fairness among our registrations when more are ready than fit
-  bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
-  uint64_t tag() const { return reinterpret_cast<uintptr_t>(this); }
-  EpollReg* find(int fd) {
-    for (auto& r : regs)
-      if (r->fd == fd) return r.get();
-    return nullptr;
-  }
-};
-
-}  // namespace rdmashim::preload
+#include "wait_common.h"
 
 using namespace rdmashim;
 using namespace rdmashim::preload;
 
 namespace {
-
-constexpr int64_t kForever = -1;
-
-int64_t deadline_from_ms(int ms) { return ms < 0 ? kForever : static_cast<int64_t>(now_ns()) + ms * 1'000'000LL; }
-int64_t deadline_from_ts(const timespec* ts) {
-  return ts ? static_cast<int64_t>(now_ns()) + ts->tv_sec * 1'000'000'000LL + ts->tv_nsec : kForever;
-}
-bool expired(int64_t dl) { return dl != kForever && static_cast<int64_t>(now_ns()) >= dl; }
-int ms_left(int64_t dl) {
-  if (dl == kForever) return -1;
-  int64_t left = dl - static_cast<int64_t>(now_ns());
-  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>((left + 999'999) / 1'000'000, INT32_MAX));
-}
-timespec ts_left(int64_t dl) {
-  int64_t left = std::max<int64_t>(0, dl - static_cast<int64_t>(now_ns()));
-  return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
-}
-
-short set_events(EpollSet& s, short want, short kernel, int depth);
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth);
-bool has_regs(EpollSet& s);
-
-// The entry behind fd if its readiness is ours to compute: a stream on a
-// ring or still in the handshake (whose bytes the application must not be
-// woken for), or an epoll set of ours holding such streams.
-Ref managed_stream(int fd) {
-  if (fd < 0) return Ref();
-  Ref e = table().get(fd);
-  if (!e) return e;
-  if (e->kind.load() == Entry::Kind::kEpoll) return e->epoll && has_regs(*e->epoll) ? std::move(e) : Ref();
-  e = Ref();
-  return active_stream(fd);
-}
-
-short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
-short virtual_events(const Ref& v, short want, short kernel) {
-  return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
-}
-
-// Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
-// says so; kernel() is asked only every few hundred turns since it costs a
-// system call. Peers on a ring answer in about a microsecond: catching that
-// here saves the doorbell and two context switches.
-template <typename Ready, typename Kernel>
-bool spin_for(int64_t dl, Ready ready, Kernel kernel) {
-  uint32_t budget = spin_budget_us();
-  if (budget == 0) return ready();
-  uint64_t end = now_ns() + uint64_t{budget} * 1000;
-  if (dl != kForever && static_cast<uint64_t>(dl) < end) end = static_cast<uint64_t>(dl);
-  for (uint32_t i = 1;; ++i) {
-    if (ready()) return true;
-    if ((i & 255) == 0) {
-      if (kernel()) return true;
-      if (now_ns() >= end) return false;
-      if ((i & 4095) == 0) sched_yield();  // leave the core to a runnable peer
-    }
-    cpu_relax();
-  }
-}
-
-// poll/ppoll/select/pselect all come here when a virtual descriptor is among
-// theirs. Returns what poll() would, with errno set on -1.
-int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool use_ppoll) {
-  std::vector<Ref> virt(nfds);
-  std::vector<nfds_t> vidx;
-  for (nfds_t i = 0; i < nfds; ++i) {
-    if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
-  }
-  std::vector<pollfd> k(nfds + vidx.size());
-  const auto& sys = real();
-  for (;;) {
-    // A handshake may have moved a direction to the ring since the last turn.
-    for (nfds_t i = 0; i < nfds; ++i) {
-      k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
-    }
-    if (sys.poll(k.data(), nfds, 0) < 0) return -1;
-    int count = 0;
-    for (nfds_t i = 0; i < nfds; ++i) {
-      fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
-      count += fds[i].revents != 0;
-    }
-    if (count > 0 || expired(dl)) return count;
-    bool all_virtual = vidx.size() == nfds;
-    for (nfds_t v : vidx) all_virtual = all_virtual && !virt[v]->epoll && virt[v]->conn->on_ring();
-    auto ring_ready = [&] {
-      for (nfds_t v : vidx)
-        if (virtual_events(virt[v], fds[v].events, 0)) return true;
-      return false;
-    };
-    auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
-    if (spin_for(dl, ring_ready, kernel_ready)) continue;
-
-    // Sleep: ask every virtual peer to ring, re-check, then wait on the
-    // kernel descriptors and the doorbells together. Those still in the
-    // handshake wake the kernel wait by their TCP bytes; an epoll set of
-    // ours by its own descriptor (its doorbells are registered in it).
-    std::vector<Ref> armed;
-    bool ready = false;
-    for (size_t j = 0; j < vidx.size(); ++j) {
-      const Ref& v = virt[vidx[j]];
-      k[nfds + j] = {-1, POLLIN, 0};
-      if (v->epoll) {
-        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1) || ready;
-      } else if (v->conn->on_ring()) {
-        v->conn->arm();
-        armed.push_back(share(v.get()));
-        k[nfds + j].fd = v->conn->doorbell();
-      }
-    }
-    for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
-    int r = 0, err = 0;
-    if (!ready) {
-      if (use_ppoll) {
-        timespec t = ts_left(dl);
-        r = sys.ppoll(k.data(), k.size(), dl == kForever ? nullptr : &t, mask);
-      } else {
-        r = sys.poll(k.data(), k.size(), ms_left(dl));
-      }
-      err = errno;
-    }
-    for (auto& a : armed) a->conn->disarm();
-    if (r < 0) {
-      errno = err;
-      return -1;  // EINTR included: poll is never restarted
-    }
-  }
-}
-
-bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
-  for (nfds_t i = 0; i < nfds; ++i)
-    if (managed_stream(fds[i].fd)) return true;
-  return false;
-}
-
-// select and pselect: through poll_mixed when a virtual descriptor is set.
-int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const sigset_t* mask, bool use_ppoll) {
-  std::vector<pollfd> p;
-  for (int fd = 0; fd < nfds; ++fd) {
-    short ev = 0;
-    if (r && FD_ISSET(fd, r)) ev |= POLLIN;
-    if (w && FD_ISSET(fd, w)) ev |= POLLOUT;
-    if (e && FD_ISSET(fd, e)) ev |= POLLPRI;
-    if (ev) p.push_back({fd, ev, 0});
-  }
-  int n = poll_mixed(p.data(), p.size(), dl, mask, use_ppoll);
-  if (n < 0) return -1;
-  for (auto& q : p) {
-    if (q.revents & POLLNVAL) {
-      errno = EBADF;
-      return -1;
-    }
-  }
-  int count = 0;
-  if (r) FD_ZERO(r);
-  if (w) FD_ZERO(w);
-  if (e) FD_ZERO(e);
-  for (auto& q : p) {
-    // The kernel's select maps: readable = IN|HUP|ERR, writable = OUT|ERR, except = PRI.
-    if (r && (q.events & POLLIN) && (q.revents & (POLLIN | POLLHUP | POLLERR))) FD_SET(q.fd, r), ++count;
-    if (w && (q.events & POLLOUT) && (q.revents & (POLLOUT | POLLERR))) FD_SET(q.fd, w), ++count;
-    if (e && (q.events & POLLPRI) && (q.revents & POLLPRI)) FD_SET(q.fd, e), ++count;
-  }
-  return count;
-}
-
-bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
-  if (nfds < 0 || nfds > FD_SETSIZE) return false;
-  for (int fd = 0; fd < nfds; ++fd) {
-    if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
-      if (managed_stream(fd)) return true;
-    }
-  }
-  return false;
-}
-
-// ---- epoll ----
 
 std::shared_ptr<EpollSet> epoll_set(int epfd) {
   Ref e = table().get(epfd);
@@ -296,18 +74,8 @@ epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
   return k;
 }
 
-bool has_regs(EpollSet& s) {
-  std::lock_guard<std::mutex> lock(s.mu);
-  return !s.regs.empty();
-}
-
-// An epoll set of ours as a descriptor to wait on: readable when the kernel
-// says so (its plain descriptors) or when one of its registrations would
-// report an event now. Looks only: no edge or ONESHOT state changes.
 // The kernel forbids nesting deeper than this (EP_MAX_NESTS).
 constexpr int kMaxDepth = 5;
-
-short set_events(EpollSet& s, short want, short kernel, int depth);
 
 uint32_t reg_ready(EpollReg& r, short kernel, int depth) {
   short want = static_cast<short>(r.events & kPollBits);
@@ -338,20 +106,6 @@ bool reg_peek(EpollReg& r, int depth) {
   if (r.disabled) return false;
   uint32_t ready = reg_ready(r, 0, depth);
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
-}
-
-short set_events(EpollSet& s, short want, short kernel, int depth) {
-  short ev = static_cast<short>(kernel & (POLLIN | POLLRDNORM | POLLERR | POLLHUP | POLLNVAL));
-  if (!(ev & POLLIN)) {
-    std::lock_guard<std::mutex> lock(s.mu);
-    for (auto& r : s.regs) {
-      if (reg_peek(*r, depth)) {
-        ev |= POLLIN | POLLRDNORM;
-        break;
-      }
-    }
-  }
-  return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
 }
 
 // Registrations the kernel holds natively for sockets that have since become
@@ -617,35 +371,6 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
   return have;
 }
 
-// Arms every upgraded registration (adding its doorbell to the kernel set
-// once), inner sets' included; returns true if one turned ready meanwhile.
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth) {
-  std::lock_guard<std::mutex> lock(set.mu);
-  bool ready = false;
-  for (auto& r : set.regs) {
-    if (r->disabled) continue;
-    if (EpollSet* in = r->inner()) {
-      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
-      continue;
-    }
-    Connection& c = *r->entry->conn;
-    if (!c.on_ring()) continue;
-    if (!r->doorbell_added) {
-      epoll_event k{};
-      k.events = EPOLLIN | EPOLLET;
-      k.data.u64 = set.tag();
-      int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
-      r->doorbell_added = rc == 0 || errno == EEXIST;
-    }
-    c.arm();
-    armed.push_back(share(r->entry.get()));
-  }
-  // Checked after arming: a change from now on rings a doorbell.
-  for (auto& r : set.regs)
-    if (reg_peek(*r, depth)) ready = true;
-  return ready;
-}
-
 // Whether any registration (inner sets' included) is on a ring, so spinning
 // on the rings can pay off.
 bool any_on_ring(EpollSet& set, int depth) {
@@ -705,53 +430,65 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
   }
 }
 
-bool bad_timespec(const timespec* ts) {
-  return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
-}
-
 }  // namespace
 
+// The set as one descriptor for the poll family (declared in epoll_set.h).
+namespace rdmashim::preload {
+
+bool has_regs(EpollSet& s) {
+  std::lock_guard<std::mutex> lock(s.mu);
+  return !s.regs.empty();
+}
+
+// An epoll set of ours as a descriptor to wait on: readable when the kernel
+// says so (its plain descriptors) or when one of its registrations would
+// report an event now. Looks only: no edge or ONESHOT state changes.
+short set_events(EpollSet& s, short want, short kernel, int depth) {
+  short ev = static_cast<short>(kernel & (POLLIN | POLLRDNORM | POLLERR | POLLHUP | POLLNVAL));
+  if (!(ev & POLLIN)) {
+    std::lock_guard<std::mutex> lock(s.mu);
+    for (auto& r : s.regs) {
+      if (reg_peek(*r, depth)) {
+        ev |= POLLIN | POLLRDNORM;
+        break;
+      }
+    }
+  }
+  return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Arms every upgraded registration (adding its doorbell to the kernel set
+// once), inner sets' included; returns true if one turned ready meanwhile.
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth) {
+  std::lock_guard<std::mutex> lock(set.mu);
+  bool ready = false;
+  for (auto& r : set.regs) {
+    if (r->disabled) continue;
+    if (EpollSet* in = r->inner()) {
+      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
+      continue;
+    }
+    Connection& c = *r->entry->conn;
+    if (!c.on_ring()) continue;
+    if (!r->doorbell_added) {
+      epoll_event k{};
+      k.events = EPOLLIN | EPOLLET;
+      k.data.u64 = set.tag();
+      int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
+      r->doorbell_added = rc == 0 || errno == EEXIST;
+    }
+    c.arm();
+    armed.push_back(share(r->entry.get()));
+  }
+  // Checked after arming: a change from now on rings a doorbell.
+  for (auto& r : set.regs)
+    if (reg_peek(*r, depth)) ready = true;
+  return ready;
+}
+
+}  // namespace rdmashim::preload
+
 extern "C" {
-
-int poll(pollfd* fds, nfds_t nfds, int timeout) {
-  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().poll(fds, nfds, timeout);
-  return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, false);
-}
-
-int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
-  if (fdslen / sizeof(*fds) < nfds) abort();  // glibc's __chk_fail, minus the message
-  return poll(fds, nfds, timeout);
-}
-
-int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
-  // A bad timeout is the kernel's EINVAL before anything else.
-  if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
-  return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
-}
-
-int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask, size_t fdslen) {
-  if (fdslen / sizeof(*fds) < nfds) abort();  // glibc's __chk_fail, minus the message
-  return ppoll(fds, nfds, ts, mask);
-}
-
-int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
-  if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_has_managed_stream(nfds, r, w, e)) {
-    return real().select(nfds, r, w, e, tv);
-  }
-  int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;
-  int n = select_mixed(nfds, r, w, e, dl, nullptr, false);
-  if (tv) {  // Linux reports the time left
-    int64_t left = std::max<int64_t>(0, dl - static_cast<int64_t>(now_ns()));
-    tv->tv_sec = left / 1'000'000'000;
-    tv->tv_usec = (left % 1'000'000'000) / 1000;
-  }
-  return n;
-}
-
-int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
-  if (bad_timespec(ts) || !select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
-  return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
-}
 
 int epoll_create(int size) {
   int fd = real().epoll_create(size);

@@ -1,0 +1,14 @@
+// Private to core/conn/: helpers the files that implement Connection
+// (connection.cc, handshake.cc, data_path.cc, ...) share. Not for use
+// outside core/conn/.
+#pragma once
+
+#include <cstddef>
+
+namespace rdmashim::conn_internal {
+
+// Sends all of buf, waiting for room up to the setup timeout even on a
+// non-blocking socket: used only for rdmashim's own small messages.
+int send_all(int fd, const void* buf, size_t len);
+
+}  // namespace rdmashim::conn_internal

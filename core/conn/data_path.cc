@@ -1,0 +1,524 @@
+// The data path: recv and send in every mode (raw TCP, DATA frames, the
+// ring), the control frames read and written on the TCP side, and the urgent
+// byte (MSG_OOB) beside a ring.
+#include "conn/connection.h"
+
+#include <poll.h>
+#include <sys/socket.h>
+
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <utility>
+
+#include "conn/connection_internal.h"
+#include "sys/sys.h"
+#include "util/iov.h"
+#include "util/misc.h"
+#include "util/user_copy.h"
+
+namespace rdmashim {
+namespace {
+
+constexpr int kMaxIov = 64;
+// How long a server whose application writes first waits for a Hello that
+// is on its way. A client under rdmashim sends it right after connect().
+constexpr uint64_t kHelloGraceNs = 1'000'000;
+
+ssize_t tcp_recv(int fd, const iovec* iov, int n, int flags) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(n);
+  ssize_t r = sys::real().recvmsg(fd, &m, flags);
+  return r < 0 ? -errno : r;
+}
+
+ssize_t tcp_send(int fd, const iovec* iov, int n, int flags) {
+  msghdr m{};
+  m.msg_iov = const_cast<iovec*>(iov);
+  m.msg_iovlen = static_cast<size_t>(n);
+  ssize_t r = sys::real().sendmsg(fd, &m, flags);
+  return r < 0 ? -errno : r;
+}
+
+}  // namespace
+
+using conn_internal::send_all;
+
+// ---------------------------------------------------------------------------
+// Receiving
+
+ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
+  io_started_.store(true, std::memory_order_relaxed);
+  if (orphaned_) return -ECONNRESET;
+  std::lock_guard<std::mutex> lock(rx_mu_);
+  follow_sibling_switch_rx();
+  if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
+  if (flags & MSG_OOB) return rx_ == Rx::kRing ? recv_urgent(iov, iovcnt, flags) : -EINVAL;
+  size_t want = iov_total(iov, iovcnt);
+  if (want == 0) {
+    // TCP waits (once) for data even for zero bytes: read(2)'s shortcut is in the hooks.
+    if (rx_ == Rx::kRing) return recv_ring_empty(flags);
+    return tcp_recv(fd_, iov, iovcnt, flags & ~MSG_WAITALL);
+  }
+  if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)) return recv_some(iov, iovcnt, flags & ~MSG_WAITALL);
+  size_t got = 0;
+  while (got < want) {
+    iovec part[kMaxIov];
+    int n = iov_slice(iov, iovcnt, got, SIZE_MAX, part, kMaxIov);
+    ssize_t r = recv_some(part, n, flags & ~MSG_WAITALL);
+    if (r <= 0) {
+      if (got > 0) break;
+      return r;
+    }
+    got += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(got);
+}
+
+ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
+  for (;;) {
+    int r = 0;
+    switch (rx_) {
+      case Rx::kRaw:
+        return tcp_recv(fd_, iov, iovcnt, flags);
+      case Rx::kDetectHello:
+        r = detect_hello(flags, true);
+        break;
+      case Rx::kAwaitAck:
+        r = await_ack(flags, true);
+        break;
+      case Rx::kFramed:
+        if (rx_frame_left_ > 0) {
+          iovec part[kMaxIov];
+          int n = iov_slice(iov, iovcnt, 0, rx_frame_left_, part, kMaxIov);
+          ssize_t got = tcp_recv(fd_, part, n, flags);
+          if (got > 0 && !(flags & MSG_PEEK)) rx_frame_left_ -= static_cast<uint32_t>(got);
+          return got;
+        }
+        follow_sibling_switch_rx();
+        if (rx_ == Rx::kRing) continue;
+        r = read_frame(flags);
+        if (r == 0) return 0;  // EOF at a frame boundary
+        if (r > 0) r = 0;
+        break;
+      case Rx::kRing:
+        return recv_ring(iov, iovcnt, flags);
+    }
+    if (r < 0) return r;
+  }
+}
+
+// Reads one frame header and its control payload, waiting as `flags` say.
+// 1: a frame is complete in rx_hdr_/rx_ctl_; 0: EOF; <0: -errno.
+int Connection::read_frame_bytes(int flags) {
+  while (rx_hdr_have_ < sizeof rx_hdr_) {
+    ssize_t n = sys::real().recv(fd_, reinterpret_cast<char*>(&rx_hdr_) + rx_hdr_have_,
+                                 sizeof rx_hdr_ - rx_hdr_have_, flags & MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n < 0) return -errno;
+    rx_hdr_have_ += static_cast<uint32_t>(n);
+  }
+  if (!wire::valid(rx_hdr_)) return -EPROTO;
+  bool is_data = rx_hdr_.type == static_cast<uint16_t>(wire::FrameType::kData);
+  while (!is_data && rx_ctl_have_ < rx_hdr_.length) {
+    ssize_t n = sys::real().recv(fd_, rx_ctl_ + rx_ctl_have_, rx_hdr_.length - rx_ctl_have_, flags & MSG_DONTWAIT);
+    if (n == 0) return 0;
+    if (n < 0) return -errno;
+    rx_ctl_have_ += static_cast<uint32_t>(n);
+  }
+  return 1;
+}
+
+// Framed mode: one frame. Returns 1 after acting on it, 0 on EOF, <0 -errno.
+int Connection::read_frame(int flags) {
+  int r = read_frame_bytes(flags);
+  if (r == -EPROTO) return broken("malformed frame header");
+  if (r <= 0) return r;
+  wire::FrameHeader h = rx_hdr_;
+  rx_hdr_have_ = 0;
+  rx_ctl_have_ = 0;
+  switch (static_cast<wire::FrameType>(h.type)) {
+    case wire::FrameType::kData:
+      rx_frame_left_ = h.length;
+      return 1;
+    case wire::FrameType::kSwitch:
+      if (!ring_) return broken("switch without a transport");
+      transport_->mark_switched(Transport::Dir::kRx);
+      rx_ = Rx::kRing;
+      rx_ring_.store(true, std::memory_order_release);
+      return 1;
+    case wire::FrameType::kPlain: {
+      auto tx = lock_tx_for_handler();
+      on_peer_plain();
+      return 1;
+    }
+    case wire::FrameType::kParams:  // only ever right after a Hello or an Ack
+      return broken("stray params frame");
+    case wire::FrameType::kClose:  // only meaningful on a ring; before it, FIN says it all
+    case wire::FrameType::kUrgent:  // only sent after the Switch
+    case wire::FrameType::kPing:
+      return 1;
+  }
+  return broken("unknown frame");
+}
+
+// Ring mode: drains control frames that arrived on the TCP side, without
+// waiting. Returns true if anything changed (a frame, EOF, a reset).
+bool Connection::poll_control() {
+  bool changed = false;
+  for (;;) {
+    int r = read_frame_bytes(MSG_DONTWAIT);
+    if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR) return changed;
+    if (r == 0) {
+      // FIN: the peer will not write again. Whether it still reads is for
+      // the writer to find out (see wait_ring).
+      tcp_eof_ = true;
+      tcp_done_.store(true, std::memory_order_relaxed);
+      peer_wr_shut_.store(true, std::memory_order_relaxed);
+      rx_end_.store(true, std::memory_order_release);
+      return true;
+    }
+    if (r < 0) {
+      if (r == -EPROTO) {
+        broken("malformed control frame");
+      } else {
+        tcp_error_ = -r;
+        tcp_done_.store(true, std::memory_order_relaxed);
+        peer_gone_.store(true, std::memory_order_relaxed);
+        rx_end_.store(true, std::memory_order_release);
+      }
+      return true;
+    }
+    wire::FrameHeader h = rx_hdr_;
+    rx_hdr_have_ = 0;
+    rx_ctl_have_ = 0;
+    if (h.type == static_cast<uint16_t>(wire::FrameType::kClose)) {
+      memcpy(&peer_final_, rx_ctl_, sizeof peer_final_);
+      peer_closed_ = true;
+      peer_wr_shut_.store(true, std::memory_order_relaxed);
+      rx_end_.store(true, std::memory_order_release);
+    } else if (h.type == static_cast<uint16_t>(wire::FrameType::kUrgent)) {
+      wire::Urgent u;
+      memcpy(&u, rx_ctl_, sizeof u);
+      urg_pos_ = u.position;
+      urg_byte_ = u.byte;
+      urg_state_.store(kUrgValid, std::memory_order_release);
+    } else if (h.type != static_cast<uint16_t>(wire::FrameType::kPing)) {
+      broken("data frame after switch");
+      return true;
+    }
+    changed = true;
+  }
+}
+
+ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
+  int64_t dl = kDeadlineUnknown;
+  SideLock side(*this, Transport::Dir::kRx);
+  iovec part[kMaxIov];
+  for (;;) {
+    if (abort_if_data_after_shutdown()) {
+      // What came before the shutdown can still be read, then the reset once.
+      uint64_t pos = ring_->rx_position(), end = shut_tail_.load(std::memory_order_acquire);
+      if (pos < end) {
+        iovcnt = iov_slice(iov, iovcnt, 0, end - pos, part, kMaxIov);
+        iov = part;
+      } else {
+        if (abort_reported_) return 0;
+        abort_reported_ = true;
+        int err = 0;  // the kernel holds the same error: report it once, not twice
+        socklen_t len = sizeof err;
+        sys::real().getsockopt(fd_, SOL_SOCKET, SO_ERROR, &err, &len);
+        return -ECONNRESET;
+      }
+    }
+    size_t lowat = rcvlowat();
+    if (lowat > 1 && !(flags & MSG_TRUNC)) {
+      // SO_RCVLOWAT: a blocking read waits for min(lowat, len) bytes.
+      size_t want = iov_total(iov, iovcnt);
+      size_t target = want < lowat ? want : lowat;
+      ssize_t avail = ring_->readable();
+      if (avail > 0 && static_cast<size_t>(avail) < target && !rx_end_.load(std::memory_order_acquire) &&
+          !nonblocking(flags)) {
+        if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
+        side.release();
+        int w = wait_ring(false, dl, target);
+        side.reacquire();
+        if (w == -EINTR) return w;
+        if (w == 0) continue;  // -EAGAIN: the timeout; read what is there
+      }
+    }
+    if (urg_state_.load(std::memory_order_relaxed) != kUrgNone) {
+      // A read stops at the urgent mark; past it the mark is forgotten.
+      uint64_t pos = ring_->rx_position();
+      if (pos < urg_pos_) {
+        iovcnt = iov_slice(iov, iovcnt, 0, urg_pos_ - pos, part, kMaxIov);
+        iov = part;
+      } else if (!(flags & MSG_PEEK) && ring_->readable() > 0) {
+        urg_state_.store(kUrgNone, std::memory_order_relaxed);
+      }
+    }
+    ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
+                                    : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
+    if (r > 0 || r == -EFAULT) return r;
+    if (r < 0) return broken("ring cursor out of bounds");
+    if (rx_shut_.load(std::memory_order_relaxed)) return 0;
+    if (peer_closed_ && ring_->rx_position() >= peer_final_) return 0;
+    if (tcp_error_ != 0) {
+      // Like the kernel: the error once, then end of stream.
+      int e = std::exchange(tcp_error_, 0);
+      tcp_eof_ = true;
+      return -e;
+    }
+    if (tcp_eof_) return 0;
+    if (nonblocking(flags)) {
+      if (poll_control()) continue;
+      return -EAGAIN;
+    }
+    if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
+    side.release();
+    int w = wait_ring(false, dl);
+    side.reacquire();
+    if (w < 0) return w;
+  }
+}
+
+// recv() of zero bytes on a ring: like TCP, 0 at once if data (or the end)
+// is there, EAGAIN if not and non-blocking, else 0 after one wait.
+ssize_t Connection::recv_ring_empty(int flags) {
+  SideLock side(*this, Transport::Dir::kRx);
+  ssize_t avail = ring_->readable();
+  if (avail < 0) return broken("ring cursor out of bounds");
+  if (avail > 0 || rx_end_.load(std::memory_order_acquire)) return 0;
+  if (nonblocking(flags)) {
+    poll_control();  // a FIN or reset on the TCP side ends the wait too
+    return rx_end_.load(std::memory_order_acquire) ? 0 : -EAGAIN;
+  }
+  int64_t dl = deadline(SO_RCVTIMEO);
+  for (;;) {  // until something arrives: a stale doorbell is not a wakeup
+    side.release();
+    int w = wait_ring(false, dl);
+    side.reacquire();
+    if (w < 0) return w == -EINTR ? w : 0;
+    if (ring_->readable() != 0 || rx_end_.load(std::memory_order_acquire)) return 0;
+  }
+}
+
+// recv(MSG_OOB) on a ring: the urgent byte once, else EINVAL (as TCP).
+ssize_t Connection::recv_urgent(const iovec* iov, int iovcnt, int flags) {
+  poll_control();
+  if (urg_state_.load(std::memory_order_relaxed) != kUrgValid) return -EINVAL;
+  iovec one[1];
+  if (iov_slice(iov, iovcnt, 0, 1, one, 1) == 0) return 0;
+  if (!copy_user(one[0].iov_base, &urg_byte_, 1, one[0].iov_base)) return -EFAULT;
+  if (!(flags & MSG_PEEK)) urg_state_.store(kUrgRead, std::memory_order_relaxed);
+  return 1;
+}
+
+int Connection::at_mark() {
+  if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  std::unique_lock<std::mutex> lock(rx_mu_, std::try_to_lock);  // never wait behind a blocked reader
+  if (lock.owns_lock()) poll_control();
+  return urg_state_.load(std::memory_order_relaxed) != kUrgNone && ring_->rx_position() == urg_pos_ ? 1 : 0;
+}
+
+// send(MSG_OOB) on a ring: all but the last byte into the ring, the last
+// one (the urgent byte) beside it in a control frame marking its place.
+ssize_t Connection::send_ring_urgent(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  if (total == 0) return send_ring(iov, iovcnt, flags);
+  iovec part[kMaxIov];
+  size_t head = total - 1;
+  if (head > 0) {
+    int n = iov_slice(iov, iovcnt, 0, head, part, kMaxIov);
+    ssize_t r = send_ring(part, n, flags);
+    if (r < 0 || static_cast<size_t>(r) < head) return r;
+  }
+  iovec last[1] = {};
+  iov_slice(iov, iovcnt, head, 1, last, 1);
+  wire::Urgent u{};
+  u.position = ring_->tx_position();
+  if (!copy_user(&u.byte, last[0].iov_base, 1, last[0].iov_base)) return head > 0 ? static_cast<ssize_t>(head) : -EFAULT;
+  int r = send_control(wire::FrameType::kUrgent, &u, sizeof u);
+  if (r != 0) return head > 0 ? static_cast<ssize_t>(head) : (r == -EPIPE ? epipe(flags) : r);
+  return static_cast<ssize_t>(total);
+}
+
+size_t Connection::rcvlowat() {
+  int v = rcvlowat_.load(std::memory_order_relaxed);
+  if (v < 0) {
+    v = 1;
+    socklen_t len = sizeof v;
+    if (sys::real().getsockopt(fd(), SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1) v = 1;
+    rcvlowat_.store(v, std::memory_order_relaxed);
+  }
+  // A ring smaller than twice the mark could never wake the reader.
+  size_t half = ring_->link().ring_size() / 2;
+  return static_cast<size_t>(v) < half ? static_cast<size_t>(v) : half;
+}
+
+// TCP resets a connection shut down in both directions when more data
+// arrives (the peer gets an RST, our reads ECONNRESET). On a ring we notice
+// the data at our next call; connect(AF_UNSPEC) makes the kernel send the RST.
+bool Connection::abort_if_data_after_shutdown() {
+  if (aborted_.load(std::memory_order_acquire)) return true;
+  uint64_t at = shut_tail_.load(std::memory_order_acquire);
+  if (at == UINT64_MAX || ring_->link().peer_tail() <= at) return false;
+  if (aborted_.exchange(true)) return true;
+  sockaddr unspec{};
+  unspec.sa_family = AF_UNSPEC;
+  sys::real().connect(fd(), &unspec, sizeof unspec);
+  peer_gone_.store(true, std::memory_order_relaxed);
+  tcp_done_.store(true, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
+  return true;
+}
+
+// ---------------------------------------------------------------------------
+// Sending
+
+ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
+  // During the handshake a send may settle what the receive side is waiting
+  // for (a Hello or an Ack already queued); it takes the receive lock only if
+  // free, since a reader that holds it settles the same thing itself.
+  io_started_.store(true, std::memory_order_relaxed);
+  if (orphaned_) return -ECONNRESET;
+  std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
+  if (in_setup_.load(std::memory_order_relaxed)) (void)rx.try_lock();
+  std::lock_guard<std::mutex> tx(tx_mu_);
+  follow_sibling_switch_tx();
+  if (rx.owns_lock()) {
+    tx_held_ = true;
+    if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
+      // Give a Hello that is on its way a moment to land before we speak.
+      uint64_t now = now_ns();
+      if (now < created_ns_ + kHelloGraceNs) {
+        pollfd p{fd_, POLLIN, 0};
+        sys::real().poll(&p, 1, static_cast<int>((created_ns_ + kHelloGraceNs - now) / 1'000'000) + 1);
+      }
+      (void)detect_hello(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kAwaitAck) {
+      (void)await_ack(MSG_DONTWAIT, false);
+    }
+    tx_held_ = false;
+    rx.unlock();
+  }
+  if (tx_ == Tx::kUndecided) {
+    // Our application speaks first and no Hello is here: its bytes go out as
+    // they are. A Hello arriving later is stripped; the client goes plain.
+    tx_ = Tx::kRaw;
+    settle(stats::Outcome::kTcpServerSpokeFirst);
+  }
+  if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
+  if (tx_ == Tx::kFramed) {
+    advance_tx();
+    if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
+  }
+  switch (tx_) {
+    case Tx::kRing:
+      return (flags & MSG_OOB) ? send_ring_urgent(iov, iovcnt, flags) : send_ring(iov, iovcnt, flags);
+    case Tx::kFramed:
+      return send_framed(iov, iovcnt, flags);
+    default:
+      return tcp_send(fd_, iov, iovcnt, flags);
+  }
+}
+
+int Connection::send_control(wire::FrameType type, const void* payload, uint32_t len) {
+  unsigned char buf[sizeof(wire::FrameHeader) + wire::kMaxControlPayload];
+  wire::FrameHeader h{len, static_cast<uint16_t>(type), 0};
+  memcpy(buf, &h, sizeof h);
+  if (len) memcpy(buf + sizeof h, payload, len);
+  // Not a single byte yet: the caller may retry later. Once the first byte
+  // left, the frame must be completed.
+  ssize_t n = sys::real().send(fd_, buf, sizeof h + len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n < 0) return -errno;
+  if (static_cast<size_t>(n) == sizeof h + len) return 0;
+  return send_all(fd_, buf + n, sizeof h + len - static_cast<size_t>(n));
+}
+
+ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  if (total == 0) return tcp_send(fd_, iov, iovcnt, flags);
+  int sflags = flags & (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
+  size_t done = 0;
+  while (done < total) {
+    if (tx_hdr_left_ == 0 && tx_frame_left_ == 0) {
+      advance_tx();
+      if (tx_ != Tx::kFramed) {
+        if (done > 0) return static_cast<ssize_t>(done);
+        return tx_ == Tx::kRing ? send_ring(iov, iovcnt, flags) : tcp_send(fd_, iov, iovcnt, flags);
+      }
+      size_t len = total - done < wire::kMaxDataFrame ? total - done : wire::kMaxDataFrame;
+      wire::FrameHeader h{static_cast<uint32_t>(len), static_cast<uint16_t>(wire::FrameType::kData), 0};
+      memcpy(tx_hdr_, &h, sizeof h);
+      tx_hdr_left_ = sizeof h;
+      tx_frame_left_ = static_cast<uint32_t>(len);
+    }
+    iovec parts[kMaxIov + 1];
+    int n = 0;
+    if (tx_hdr_left_) parts[n++] = {tx_hdr_ + sizeof tx_hdr_ - tx_hdr_left_, tx_hdr_left_};
+    n += iov_slice(iov, iovcnt, done, tx_frame_left_, parts + n, kMaxIov);
+    size_t asked = iov_total(parts, n);
+    ssize_t r = tcp_send(fd_, parts, n, sflags);
+    if (r < 0) return done > 0 ? static_cast<ssize_t>(done) : r;
+    size_t sent = static_cast<size_t>(r);
+    size_t hdr = sent < tx_hdr_left_ ? sent : tx_hdr_left_;
+    tx_hdr_left_ -= static_cast<uint32_t>(hdr);
+    tx_frame_left_ -= static_cast<uint32_t>(sent - hdr);
+    done += sent - hdr;
+    // A short send (timeout, signal, non-blocking) ends the call like TCP's
+    // would, unless only our header made progress.
+    if (sent < asked && done > 0) break;
+  }
+  // No switch here even at a frame boundary: it waits for our next send (see tx_go_ring).
+  return static_cast<ssize_t>(done);
+}
+
+ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
+  size_t total = iov_total(iov, iovcnt);
+  size_t done = 0;
+  int64_t dl = kDeadlineUnknown;
+  SideLock side(*this, Transport::Dir::kTx);
+  for (;;) {
+    if (tx_shut_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    // After a reset TCP refuses to write, even if the ring has room.
+    if (peer_gone_.load(std::memory_order_relaxed) && tcp_done_.load(std::memory_order_relaxed)) {
+      return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    }
+    uint64_t now = 0;
+    if (done == 0 && peer_wr_shut_.load(std::memory_order_relaxed) &&
+        (now = now_ns()) - last_ping_ns_ >= uint64_t{kPingIntervalMs} * 1'000'000) {
+      // The peer sent its FIN; if its socket is closed, TCP data would draw
+      // an RST (POLLERR, SO_ERROR EPIPE) and a later write fails. A Ping does
+      // the same on the TCP side; a peer that only half-closed eats it. At
+      // most one per interval: a streaming reader rarely looks at its TCP side.
+      last_ping_ns_ = now;
+      int p = send_control(wire::FrameType::kPing, nullptr, 0);
+      if (p == -EPIPE || p == -ECONNRESET) {
+        peer_gone_.store(true, std::memory_order_relaxed);
+        tcp_done_.store(true, std::memory_order_relaxed);
+        return p == -EPIPE ? epipe(flags) : p;
+      }
+    }
+    ssize_t r = ring_->write(iov, iovcnt, done);
+    if (r == -EFAULT) return done > 0 ? static_cast<ssize_t>(done) : r;
+    if (r < 0) return broken("ring cursor out of bounds");
+    done += static_cast<size_t>(r);
+    if (done == total) return static_cast<ssize_t>(done);
+    // The ring is full. If the peer's socket is gone it will never drain.
+    if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+    tx_full_.fetch_add(1, std::memory_order_seq_cst);
+    // Credit that arrived before the count moved may not be reported to an
+    // edge-triggered waiter: use it now instead.
+    if (ring_->writable() > 0) continue;
+    if (nonblocking(flags)) return done > 0 ? static_cast<ssize_t>(done) : -EAGAIN;
+    if (dl == kDeadlineUnknown) dl = deadline(SO_SNDTIMEO);
+    side.release();
+    int w = wait_ring(true, dl);
+    side.reacquire();
+    if (w < 0) return done > 0 ? static_cast<ssize_t>(done) : w;
+  }
+}
+
+}  // namespace rdmashim

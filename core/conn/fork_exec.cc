@@ -1,0 +1,141 @@
+// Fork and exec: settling a handshake before either, sharing a connection
+// with a forked child (the cross-process side locks, following a switch a
+// sibling made), and describing a connection for the next program image and
+// adopting it there.
+#include "conn/connection.h"
+
+#include <cstdio>
+#include <new>
+#include <utility>
+
+#include "shm/shm_transport.h"
+#include "util/config.h"
+#include "util/log.h"
+
+namespace rdmashim {
+
+void Connection::settle_before_fork() {
+  if (io_started_.load(std::memory_order_relaxed)) settle_handshake();
+}
+
+void Connection::settle_handshake() {
+  if (!in_setup_.load(std::memory_order_relaxed)) return;
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+  if (!tx.owns_lock()) return;
+  rx.unlock();
+  tx.unlock();
+  finish_setup(static_cast<int>(config().setup_timeout_ms));
+}
+
+// Text: role/rx/tx/want/flags/final/transport, e.g. "s/R/F/R/0/0/shm/1/7/8/9/262144".
+std::string Connection::describe_for_exec() {
+  settle_handshake();
+  std::lock_guard<std::mutex> rx(rx_mu_);
+  std::lock_guard<std::mutex> tx(tx_mu_);
+  bool clean = rx_hdr_have_ == 0 && rx_frame_left_ == 0 && tx_hdr_left_ == 0 && tx_frame_left_ == 0;
+  bool modes = (rx_ == Rx::kFramed || rx_ == Rx::kRing) && (tx_ == Tx::kFramed || tx_ == Tx::kRing) &&
+               tx_want_ != TxWant::kPlain;
+  if (!transport_ || !ring_ || !clean || !modes) return "";
+  std::string t = transport_->describe_for_exec();
+  if (t.empty()) return "";
+  unsigned flags = (tcp_eof_ ? 1u : 0u) | (peer_closed_ ? 2u : 0u) | (tx_shut_ ? 4u : 0u) | (rx_shut_ ? 8u : 0u);
+  char head[96];
+  snprintf(head, sizeof head, "%c/%c/%c/%c/%u/%llu/", role_ == Role::kClient ? 'c' : 's',
+           rx_ == Rx::kRing ? 'R' : 'F', tx_ == Tx::kRing ? 'R' : 'F', tx_want_ == TxWant::kRing ? 'R' : '-', flags,
+           static_cast<unsigned long long>(peer_final_));
+  return head + t;
+}
+
+std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text) {
+  char role, rx, tx, want;
+  unsigned flags = 0;
+  unsigned long long final_pos = 0;
+  int used = 0;
+  if (sscanf(text, "%c/%c/%c/%c/%u/%llu/%n", &role, &rx, &tx, &want, &flags, &final_pos, &used) != 6 || used == 0 ||
+      (role != 'c' && role != 's')) {
+    return nullptr;
+  }
+  int err = 0;
+  auto t = shm::ShmTransport::adopt(text + used, &err);
+  if (!t) return nullptr;
+  std::unique_ptr<Connection> c(
+      new (std::nothrow) Connection(fd, role == 'c' ? Role::kClient : Role::kServer));
+  if (!c) return nullptr;
+  c->adopt(std::move(t));
+  if (!c->ring_) return nullptr;
+  c->ring_->resync_rx();
+  c->ring_->resync_tx();
+  c->rx_ = rx == 'R' ? Rx::kRing : Rx::kFramed;
+  c->tx_ = tx == 'R' ? Tx::kRing : Tx::kFramed;
+  c->tx_want_ = want == 'R' ? TxWant::kRing : TxWant::kNone;
+  c->rx_ring_.store(c->rx_ == Rx::kRing);
+  c->tx_ring_.store(c->tx_ == Tx::kRing);
+  c->tcp_eof_ = flags & 1u;
+  c->peer_closed_ = flags & 2u;
+  c->peer_final_ = final_pos;
+  c->tx_shut_.store(flags & 4u);
+  c->rx_shut_.store(flags & 8u);
+  c->rx_end_.store(c->tcp_eof_ || c->peer_closed_ || (flags & 8u));
+  c->peer_wr_shut_.store(c->tcp_eof_ || c->peer_closed_);
+  c->tcp_done_.store(c->tcp_eof_);
+  c->in_setup_.store(false);
+  c->io_started_.store(true);
+  c->settled_ = true;
+  c->outcome_ = stats::Outcome::kShm;
+  RDMASHIM_INFO("fd %d (%s) -> shm (inherited across exec)", fd, role == 'c' ? "client" : "server");
+  return c;
+}
+
+void Connection::follow_sibling_switch_rx() {
+  if (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0 && ring_ && transport_->switched(Transport::Dir::kRx)) {
+    rx_ = Rx::kRing;
+    rx_ring_.store(true, std::memory_order_release);
+  }
+}
+
+void Connection::follow_sibling_switch_tx() {
+  if (tx_ == Tx::kFramed && tx_frame_left_ == 0 && tx_hdr_left_ == 0 && ring_ &&
+      transport_->switched(Transport::Dir::kTx)) {
+    tx_ = Tx::kRing;
+    tx_want_ = TxWant::kNone;
+    tx_ring_.store(true, std::memory_order_release);
+  }
+}
+
+void Connection::on_fork_child() {
+  file_flags_changed();  // from now on another process can change them
+  timeouts_changed();
+  if (!transport_) return;
+  if (transport_->survives_fork()) {
+    transport_->add_user();
+    return;
+  }
+  // The stream stays the parent's: here it reads as reset, and the parent's
+  // transport is neither used nor destroyed (see ~Connection).
+  orphaned_ = true;
+  rx_ring_.store(false, std::memory_order_relaxed);  // no waiting on its doorbell either
+  tx_ring_.store(false, std::memory_order_relaxed);
+  tcp_done_.store(true, std::memory_order_relaxed);
+  peer_gone_.store(true, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
+}
+
+Connection::SideLock::SideLock(Connection& c, Transport::Dir d) : c_(c), d_(d) { reacquire(); }
+Connection::SideLock::~SideLock() { release(); }
+
+void Connection::SideLock::release() {
+  if (held_) c_.transport_->unlock(d_);
+  held_ = false;
+}
+
+void Connection::SideLock::reacquire() {
+  if (!c_.transport_->shared()) return;
+  c_.transport_->lock(d_);
+  held_ = true;
+  if (d_ == Transport::Dir::kRx) c_.ring_->resync_rx();
+  else c_.ring_->resync_tx();
+}
+
+}  // namespace rdmashim

@@ -1,0 +1,387 @@
+// The handshake: the client's Hello (with its Params), the server's answer
+// (Ack, Params), adopting the transport either side ends up with, falling
+// back to plain TCP, and switching each direction onto the ring (or to
+// plain) at a frame boundary.
+#include "conn/connection.h"
+
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <new>
+#include <utility>
+
+#include "conn/connection_internal.h"
+#include "discovery/registry.h"
+#include "shm/shm_transport.h"
+#include "sys/sys.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "util/process.h"
+#include "verbs/verbs_transport.h"
+
+namespace rdmashim {
+
+using conn_internal::send_all;
+
+std::unique_ptr<Connection> Connection::make_client(int fd) {
+  if (!upgrades_allowed()) {
+    stats::count(stats::Outcome::kTcpPolicy);
+    return nullptr;
+  }
+  std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
+  if (!c) return nullptr;
+  // Shared memory to a peer on this host, verbs to one elsewhere (or to any
+  // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
+  const Config& cfg = config();
+  sockaddr_storage local{}, peer{};
+  socklen_t llen = sizeof local, plen = sizeof peer;
+  bool same_host = sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0 &&
+                   discovery::is_local_address(reinterpret_cast<sockaddr*>(&peer), plen);
+  uint32_t offer = 0;
+  if (same_host && cfg.transport != TransportChoice::kVerbs) offer |= wire::kTransportShm;
+  if (!same_host || cfg.transport == TransportChoice::kVerbs) {
+    int err = 0;
+    if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
+      c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), cfg.ring_size, &err);
+    }
+    if (c->verbs_) offer |= wire::kTransportVerbs;
+    else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
+  }
+  if (offer & wire::kTransportShm) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
+  if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
+  struct {
+    wire::Hello hello;
+    wire::ParamsFrame params;
+  } msg{};
+  if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
+    stats::count(stats::Outcome::kTcpSetupFailed);
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
+    return nullptr;
+  }
+  wire::Hello& hello = msg.hello;
+  memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
+  hello.version = wire::kVersion;
+  hello.transports = offer;
+  memcpy(hello.nonce, c->nonce_, sizeof hello.nonce);
+  memcpy(hello.rendezvous, c->rendezvous_, sizeof hello.rendezvous);
+  size_t len = sizeof hello;
+  if (offer & wire::kTransportVerbs) {
+    msg.params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
+    memcpy(msg.params.params, &c->verbs_->local_params(), wire::kParamsBytes);
+    len += sizeof msg.params;
+  }
+  static_assert(sizeof msg == wire::kMaxHandshakeMessage);
+  // A fresh connection's send buffer is empty: the message goes out whole or
+  // not at all. Not at all means we stay plain having sent nothing.
+  ssize_t n = sys::real().send(fd, &msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+  if (n > 0 && n < static_cast<ssize_t>(len)) {
+    n = send_all(fd, reinterpret_cast<char*>(&msg) + n, len - n) == 0 ? static_cast<ssize_t>(len) : -1;
+  }
+  if (n != static_cast<ssize_t>(len)) {
+    stats::count(stats::Outcome::kTcpSetupFailed);
+    return nullptr;
+  }
+  return c;
+}
+
+// ---------------------------------------------------------------------------
+// Handshake
+
+// Looks for an rdmashim message (a Hello or an Ack) at the head of the
+// incoming stream without consuming anything. `extent` says from its first
+// 64 bytes how long the whole message is (a Params frame may follow).
+//   1: a whole message starting with `magic` is there, copied to out
+//   0: the stream starts with something else (application bytes, or EOF)
+//  <0: undecided yet (-EAGAIN, -EINTR, ... exactly what the app's read would see)
+int Connection::peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
+                             unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags,
+                             bool may_wait) {
+  unsigned char buf[wire::kMaxHandshakeMessage];
+  uint64_t give_up = 0;
+  for (;;) {
+    // The first byte is waited for the way the application's read waits.
+    int peek_flags = MSG_PEEK | (may_wait ? (flags & MSG_DONTWAIT) : MSG_DONTWAIT);
+    ssize_t n = sys::real().recv(fd_, buf, sizeof buf, peek_flags);
+    if (n < 0) return -errno;
+    if (n == 0) return 0;
+    wire::Match m = wire::match_magic(magic, buf, static_cast<size_t>(n));
+    if (m == wire::Match::kNo) return 0;
+    if (m == wire::Match::kYes && n >= 64 && static_cast<size_t>(n) >= extent(buf)) {
+      *len = extent(buf);
+      memcpy(out, buf, *len);
+      return 1;
+    }
+    // A prefix of our message. From an rdmashim peer the rest is already on
+    // its way; a plain peer that happened to send these bytes is given the
+    // setup timeout, then its bytes are its own.
+    if (!may_wait || nonblocking(flags)) return -EAGAIN;
+    uint64_t now = now_ns();
+    if (!give_up) give_up = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
+    if (now >= give_up) return 0;
+    usleep(100);
+  }
+}
+
+namespace {
+size_t hello_extent(const unsigned char* m) {
+  wire::Hello h;
+  memcpy(&h, m, sizeof h);
+  return sizeof h + ((h.transports & wire::kTransportVerbs) ? sizeof(wire::ParamsFrame) : 0);
+}
+size_t ack_extent(const unsigned char* m) {
+  wire::Ack a;
+  memcpy(&a, m, sizeof a);
+  return sizeof a + (a.transport == wire::kTransportVerbs ? sizeof(wire::ParamsFrame) : 0);
+}
+// The Params after a Hello or Ack, if the message has a valid one.
+bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
+  if (len != 64 + sizeof(wire::ParamsFrame)) return false;
+  wire::ParamsFrame f;
+  memcpy(&f, msg + 64, sizeof f);
+  if (!wire::valid_params_frame(f)) return false;
+  memcpy(out, f.params, sizeof *out);
+  return true;
+}
+}  // namespace
+
+int Connection::detect_hello(int flags, bool may_wait) {
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  int r = peek_message(wire::kHelloMagic, hello_extent, msg, &len, flags, may_wait);
+  if (r < 0) return r;
+  auto tx = lock_tx_for_handler();
+  in_setup_.store(false, std::memory_order_relaxed);
+  if (r == 0) {  // a plain client: everything stays as it is
+    rx_ = Rx::kRaw;
+    if (tx_ == Tx::kUndecided) tx_ = Tx::kRaw;
+    settle(stats::Outcome::kTcpPeerPlain);
+    update_passthrough();
+    return 0;
+  }
+  ssize_t n = sys::real().recv(fd_, msg, len, MSG_DONTWAIT);  // consume; it is all there
+  if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
+  wire::Hello hello;
+  memcpy(&hello, msg, sizeof hello);
+  verbs::Params params{};
+  bool has_params = params_of(msg, len, &params);
+  handle_hello(hello, has_params ? &params : nullptr);
+  return 0;
+}
+
+// Both locks held. The client frames everything after its Hello.
+void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* params) {
+  rx_ = Rx::kFramed;
+  if (tx_ != Tx::kUndecided) return;  // we spoke first: no Ack; the client will send Plain
+
+  struct {
+    wire::Ack ack;
+    wire::ParamsFrame params;
+  } msg{};
+  wire::Ack& ack = msg.ack;
+  size_t len = sizeof ack;
+  memcpy(ack.magic, wire::kAckMagic, sizeof ack.magic);
+  ack.version = wire::kVersion;
+  memcpy(ack.nonce, hello.nonce, sizeof ack.nonce);
+  stats::Outcome failure = stats::Outcome::kTcpPolicy;
+  const Config& cfg = config();
+  bool allowed = upgrades_allowed() && cfg.transport != TransportChoice::kTcp;
+  // Verbs when the client offers it and shared memory is not the better
+  // choice (a peer on another host offers only verbs).
+  bool want_verbs = allowed && params && (hello.transports & wire::kTransportVerbs) &&
+                    cfg.transport != TransportChoice::kShm &&
+                    (cfg.transport == TransportChoice::kVerbs || !(hello.transports & wire::kTransportShm));
+  if (want_verbs) {
+    int err = -EPROTO;
+    sockaddr_storage local{};
+    socklen_t llen = sizeof local;
+    std::unique_ptr<verbs::VerbsTransport> t;
+    if (valid_ring_size(params->ring_size) &&
+        sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
+      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), params->ring_size, &err);
+    }
+    if (t && (err = t->connect(*params)) == 0) {
+      ack.transport = wire::kTransportVerbs;
+      ack.ring_size = params->ring_size;
+      msg.params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
+      memcpy(msg.params.params, &t->local_params(), wire::kParamsBytes);
+      len += sizeof msg.params;
+      adopt(std::move(t));
+    } else {
+      failure = stats::Outcome::kTcpSetupFailed;
+      RDMASHIM_DEBUG("fd %d: verbs setup failed: %s", fd(), strerror(-err));
+    }
+  }
+  if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs &&
+      random_bytes(ack.token, sizeof ack.token)) {
+    int err = 0;
+    auto t = shm::ShmTransport::offer(cfg.ring_size, hello.rendezvous, ack.token, &err);
+    if (t) {
+      ack.transport = wire::kTransportShm;
+      ack.ring_size = static_cast<uint32_t>(cfg.ring_size);
+      adopt(std::move(t));
+    } else {
+      failure = stats::Outcome::kTcpSetupFailed;
+      RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
+    }
+  }
+  if (send_all(fd_, &msg, len) != 0) {
+    // The client is gone or wedged; nothing more of ours goes out.
+    tx_ = Tx::kRaw;
+    update_passthrough();
+    settle(stats::Outcome::kTcpSetupFailed);
+    return;
+  }
+  if (transport_) {
+    tx_ = Tx::kFramed;  // until the client has attached; see advance_tx()
+    settle(ack.transport == wire::kTransportVerbs ? stats::Outcome::kVerbs : stats::Outcome::kShm);
+  } else {
+    tx_ = Tx::kRaw;  // a negative Ack is followed by raw bytes
+    settle(failure);
+  }
+}
+
+int Connection::await_ack(int flags, bool may_wait) {
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  int r = peek_message(wire::kAckMagic, ack_extent, msg, &len, flags, may_wait);
+  if (r < 0) return r;
+  auto tx = lock_tx_for_handler();
+  in_setup_.store(false, std::memory_order_relaxed);
+  wire::Ack ack;
+  memcpy(&ack, msg, sizeof ack);
+  if (r == 1 && memcmp(ack.nonce, nonce_, sizeof nonce_) == 0) {
+    ssize_t n = sys::real().recv(fd_, msg, len, MSG_DONTWAIT);
+    if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
+    verbs::Params params{};
+    bool has_params = params_of(msg, len, &params);
+    handle_ack(ack, has_params ? &params : nullptr);
+    return 0;
+  }
+  // The server's application spoke before our Hello reached it: its bytes
+  // are the application's, it will strip our Hello, we go plain.
+  rx_ = Rx::kRaw;
+  rendezvous_fd_.reset();
+  verbs_.reset();
+  tx_go_plain();
+  settle(stats::Outcome::kTcpServerSpokeFirst);
+  update_passthrough();
+  return 0;
+}
+
+// Both locks held.
+void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
+  rx_ = Rx::kFramed;
+  int err = -EPROTO;
+  stats::Outcome ok = stats::Outcome::kShm;
+  if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
+    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
+    if (t) adopt(std::move(t));
+  } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
+             ack.ring_size == verbs_->local_params().ring_size) {
+    // The server's QP is already connected to ours: once ours is, we may write.
+    if ((err = verbs_->connect(*params)) == 0) adopt(std::move(verbs_));
+    ok = stats::Outcome::kVerbs;
+  }
+  rendezvous_fd_.reset();
+  verbs_.reset();
+  if (!transport_) {
+    if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
+    if (ack.transport != 0) RDMASHIM_DEBUG("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
+    tx_go_plain();
+    settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
+    update_passthrough();
+    return;
+  }
+  transport_->mark_attached();
+  tx_go_ring();
+  settle(ok);
+}
+
+// Both locks held.
+void Connection::adopt(std::unique_ptr<Transport> t) {
+  ring_.reset(new (std::nothrow) RingChannel(t->link()));
+  if (!ring_) return;
+  transport_ = std::move(t);
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  wake_fd_ = transport_->link().wait_fd();
+}
+
+// Both locks held: the peer said Plain, so its direction is raw from now on
+// and ours follows as soon as we are at a frame boundary.
+void Connection::on_peer_plain() {
+  rx_ = Rx::kRaw;
+  if (tx_ == Tx::kFramed) tx_go_plain();
+  if (!settled_) settle(stats::Outcome::kTcpSetupFailed);
+  update_passthrough();
+}
+
+int Connection::finish_setup(int timeout_ms) {
+  uint64_t give_up = now_ns() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  std::lock_guard<std::mutex> rx(rx_mu_);
+  std::lock_guard<std::mutex> tx(tx_mu_);
+  tx_held_ = true;
+  int r = 0;
+  while (rx_ == Rx::kAwaitAck || rx_ == Rx::kDetectHello) {
+    r = rx_ == Rx::kAwaitAck ? await_ack(MSG_DONTWAIT, true) : detect_hello(MSG_DONTWAIT, true);
+    if (r == 0) continue;
+    uint64_t now = now_ns();
+    if (r != -EAGAIN && r != -EINTR) break;
+    if (now >= give_up) {
+      r = -ETIMEDOUT;
+      break;
+    }
+    pollfd p{fd_, POLLIN, 0};
+    sys::real().poll(&p, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
+  }
+  // A server switches its own direction once the client has attached.
+  while (r == 0 && role_ == Role::kServer && tx_ == Tx::kFramed && transport_ && !transport_->peer_attached()) {
+    if (now_ns() >= give_up) {
+      r = -ETIMEDOUT;
+      break;
+    }
+    usleep(20);
+  }
+  if (r == 0) advance_tx();
+  tx_held_ = false;
+  return r;
+}
+
+// ---------------------------------------------------------------------------
+// Switching a direction
+
+// Applies a pending switch (to the ring or to plain) at a frame boundary.
+void Connection::advance_tx() {
+  if (tx_ != Tx::kFramed || tx_hdr_left_ != 0 || tx_frame_left_ != 0) return;
+  if (tx_want_ == TxWant::kNone && role_ == Role::kServer && transport_ && transport_->peer_attached()) {
+    tx_want_ = TxWant::kRing;
+  }
+  if (tx_want_ == TxWant::kNone) return;
+  wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
+  if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
+  tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
+  if (tx_ == Tx::kRing) {
+    transport_->mark_switched(Transport::Dir::kTx);
+    tx_ring_.store(true, std::memory_order_release);
+  }
+  tx_want_ = TxWant::kNone;
+}
+
+// The Switch (or Plain) frame goes out with our next send, not now: the peer
+// may already have answered and closed, and a frame landing on a closed
+// socket makes its kernel reset the connection, discarding the answer we
+// have yet to read (an HTTP/1.0-style server). Until then our direction
+// stays framed, which the peer reads as it would anyway.
+void Connection::tx_go_plain() {
+  if (tx_ == Tx::kFramed) tx_want_ = TxWant::kPlain;
+}
+
+void Connection::tx_go_ring() {
+  if (tx_ == Tx::kFramed) tx_want_ = TxWant::kRing;
+}
+
+}  // namespace rdmashim

@@ -1,0 +1,211 @@
+// Readiness and waiting: what poll/select/epoll should report for a
+// connection, the doorbell a waiter sleeps on, and the spin-then-sleep wait
+// of a reader or writer on the ring.
+#include "conn/connection.h"
+
+#include <poll.h>
+#include <sched.h>
+#include <unistd.h>
+
+#include <cerrno>
+
+#include "sys/sys.h"
+#include "util/misc.h"
+#include "util/signals.h"
+#include "util/spin.h"
+
+namespace rdmashim {
+
+// ---------------------------------------------------------------------------
+// Waiting
+
+void Connection::wake_self() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (wake_fd_ >= 0) {
+    uint64_t one = 1;
+    ssize_t ignored = sys::real().write(wake_fd_, &one, sizeof one);
+    (void)ignored;
+  }
+}
+
+// Spins for RDMASHIM_SPIN_US, then sleeps on the doorbell and the TCP socket
+// (which reports the peer's control frames, FIN and RST). Returns 0 when
+// something may have changed, -EAGAIN at the deadline, -EINTR on a signal
+// the kernel would not have restarted.
+int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
+  auto ready = [&] {
+    if (for_write) return ring_->writable() != 0;
+    ssize_t n = ring_->readable();
+    return n < 0 || static_cast<size_t>(n) >= min_bytes || (min_bytes > 1 && rx_end_.load(std::memory_order_acquire));
+  };
+  Link& link = transport_->link();
+  const uint32_t yield_mask = link.spin_yield_mask();
+  uint64_t spin_end = now_ns() + uint64_t{spin_budget_us()} * 1000;
+  for (uint32_t i = 1;; ++i) {
+    if (ready()) return 0;
+    if ((i & yield_mask) == 0) sched_yield();  // let a runnable peer (or provider) on our core go first
+    if ((i & 63) == 0 && now_ns() >= spin_end) break;
+    cpu_relax();
+  }
+  link.prepare_sleep();
+  if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
+    link.finish_sleep();
+    return 0;
+  }
+  // A reader also waits for the TCP side to speak (control frames, FIN, RST).
+  // A writer only listens for errors there: a full ring to a peer whose
+  // socket is gone would never drain, so it pings now and then, and a gone
+  // peer's kernel answers with RST, which poll reports as POLLERR.
+  if (for_write) ping_if_due();
+  short tcp_events = !for_write && !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
+  pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
+  int timeout = -1;
+  if (dl != kNoDeadline) {
+    int64_t left = dl - static_cast<int64_t>(now_ns());
+    timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
+  }
+  if (for_write && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  int r = sys::real().poll(p, 2, timeout);
+  int e = errno;
+  link.finish_sleep();
+  if (r < 0) {
+    if (e != EINTR) return -e;
+    return dl == kNoDeadline && signals_restart() ? 0 : -EINTR;
+  }
+  if (r == 0 && dl != kNoDeadline && static_cast<int64_t>(now_ns()) >= dl) return -EAGAIN;
+  if (for_write) {
+    if (p[1].revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
+  } else if (p[1].revents) {
+    poll_control();
+  }
+  return 0;
+}
+
+void Connection::ping_if_due() {
+  uint64_t now = now_ns();
+  if (now - last_ping_ns_ < uint64_t{kPingIntervalMs} * 1'000'000) return;
+  last_ping_ns_ = now;
+  int r = send_control(wire::FrameType::kPing, nullptr, 0);
+  if (r == -EPIPE || r == -ECONNRESET) peer_gone_.store(true, std::memory_order_relaxed);
+}
+
+short Connection::poll_events(short want, short kernel) {
+  if (orphaned_) return static_cast<short>((POLLERR | POLLHUP | (want & (POLLIN | POLLOUT))));
+  if ((kernel & POLLIN) && !rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
+    kernel = consume_setup_bytes(kernel);
+  }
+  short ev = kernel & (POLLERR | POLLHUP | POLLNVAL);
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    ev |= kernel & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI | POLLRDHUP);
+  } else {
+    // After the switch the TCP side carries only our control frames: it is
+    // readable for the application only if it ended (FIN, RST, Close).
+    if ((kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && !rx_end_.load(std::memory_order_acquire)) {
+      std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+      if (rx.owns_lock()) poll_control();
+    }
+    if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX) abort_if_data_after_shutdown();
+    size_t lowat = rcvlowat();
+    bool data = lowat <= 1 ? ring_->readable_hint() : ring_->unread_hint() >= lowat;
+    if (data || rx_end_.load(std::memory_order_acquire)) ev |= POLLIN | POLLRDNORM;
+    if (peer_wr_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed)) ev |= POLLRDHUP;
+    if (urg_state_.load(std::memory_order_relaxed) == kUrgValid) ev |= POLLPRI;
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) {
+    ev |= kernel & (POLLOUT | POLLWRNORM | POLLWRBAND);
+  } else if (ring_->writable_hint() || peer_gone_.load(std::memory_order_relaxed) ||
+             tx_shut_.load(std::memory_order_relaxed)) {
+    ev |= POLLOUT | POLLWRNORM;  // after SHUT_WR the kernel too says writable (the write fails)
+  }
+  return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Before the ring, the bytes that make the TCP socket readable may all be
+// ours (a Hello, an Ack, a frame header, a Switch). The kernel never wakes a
+// reader for nothing, so neither may we: consume what is ours, never the
+// application's bytes, and report POLLIN only if its read will find some.
+// Never blocks: if another thread holds a lock, it is settling this itself.
+short Connection::consume_setup_bytes(short kernel) {
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  if (!rx.owns_lock()) return kernel;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+  if (!tx.owns_lock()) return kernel;
+  tx_held_ = true;
+  bool consumed = false, readable = true;
+  for (int turn = 0; turn < 16; ++turn) {
+    int r;
+    if (rx_ == Rx::kDetectHello) {
+      r = detect_hello(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kAwaitAck) {
+      r = await_ack(MSG_DONTWAIT, false);
+    } else if (rx_ == Rx::kFramed && rx_frame_left_ == 0) {
+      r = read_frame(MSG_DONTWAIT);
+      if (r == 0) break;  // EOF at a frame boundary: the read returns 0
+      if (r > 0) r = 0;
+    } else {
+      break;
+    }
+    if (r == -EAGAIN || r == -EWOULDBLOCK) {
+      readable = false;  // only a part of something of ours is here
+      break;
+    }
+    if (r < 0) break;  // an error the application's read will see
+    consumed = true;
+  }
+  tx_held_ = false;
+  constexpr short kIn = POLLIN | POLLRDNORM;
+  if (!readable) return static_cast<short>(kernel & ~kIn);
+  if (consumed && rx_ != Rx::kRing) {
+    pollfd p{fd_, kIn, 0};
+    sys::real().poll(&p, 1, 0);
+    kernel = static_cast<short>((kernel & ~kIn) | (p.revents & kIn));
+  }
+  return kernel;
+}
+
+short Connection::kernel_interest(short want) const {
+  short k = 0;
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    k |= want & (POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP);
+  } else if (!rx_end_.load(std::memory_order_acquire)) {
+    k |= POLLIN;  // control frames, FIN, RST; after the end it would stay readable forever
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) k |= want & (POLLOUT | POLLWRNORM | POLLWRBAND);
+  return k;
+}
+
+int Connection::doorbell() {
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  return wake_fd_;
+}
+
+// Only called while on_ring(): the transport then lives as long as we do.
+void Connection::arm() { transport_->link().prepare_sleep(); }
+void Connection::disarm() { transport_->link().finish_sleep(); }
+
+uint64_t Connection::rx_progress() const {
+  if (!rx_ring_.load(std::memory_order_acquire)) return 0;
+  return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
+}
+
+// Bit 63 marks "on the ring", so a caller can tell the switch itself from
+// a write that found the ring full.
+uint64_t Connection::tx_progress() const {
+  return tx_ring_.load(std::memory_order_acquire) ? tx_full_.load(std::memory_order_relaxed) | (uint64_t{1} << 63)
+                                                  : 0;
+}
+
+int64_t Connection::unread_bytes() {
+  if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX && abort_if_data_after_shutdown()) {
+    uint64_t pos = ring_->link().own_head(), end = shut_tail_.load(std::memory_order_acquire);
+    return pos < end ? static_cast<int64_t>(end - pos) : 0;
+  }
+  return static_cast<int64_t>(ring_->unread_hint());
+}
+
+int64_t Connection::unsent_bytes() const {
+  return tx_ring_.load(std::memory_order_acquire) ? static_cast<int64_t>(ring_->unacked_hint()) : -1;
+}
+
+}  // namespace rdmashim

@@ -1,0 +1,61 @@
+// The epoll emulation's data: what we keep about one epoll set of ours
+// (EpollSet) and about each upgradable socket, or nested set of ours,
+// registered in it (EpollReg). The epoll hooks (hooks_epoll.cc) keep it; the
+// poll family (hooks_poll.cc) waits on such a set as one descriptor through
+// the three calls declared at the end.
+#pragma once
+
+#include <sys/epoll.h>
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "preload.h"
+
+namespace rdmashim::preload {
+
+// What we keep about one upgradable socket (or one epoll set of ours that
+// holds such sockets: nesting) in one epoll set.
+struct EpollReg {
+  int fd;
+  Ref entry;              // keeps the Connection (or the inner EpollSet) alive while registered
+  uint32_t events;        // the application's mask, flags included
+  epoll_data_t data;      // returned untouched
+  bool disabled = false;  // EPOLLONESHOT fired; MOD re-arms
+  bool doorbell_added = false;
+  // Edge-trigger state: what we saw at the last check.
+  uint32_t last_ready = 0;
+  uint64_t last_rx = 0, last_tx = 0;
+  EpollSet* inner() const { return entry->epoll.get(); }
+};
+
+// A registration the kernel holds natively for a socket that may still
+// become an upgradable stream (added before connect() completed).
+struct NativeReg {
+  int fd;
+  epoll_event ev;
+};
+
+struct EpollSet {
+  std::mutex mu;
+  std::vector<std::unique_ptr<EpollReg>> regs;
+  std::vector<NativeReg> natives;
+  int rotate = 0;          // fairness among our registrations when more are ready than fit
+  bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
+  uint64_t tag() const { return reinterpret_cast<uintptr_t>(this); }
+  EpollReg* find(int fd) {
+    for (auto& r : regs)
+      if (r->fd == fd) return r.get();
+    return nullptr;
+  }
+};
+
+// An epoll set of ours as a descriptor poll() and select() wait on
+// (defined in hooks_epoll.cc). `depth` counts the nesting of sets.
+bool has_regs(EpollSet& s);
+short set_events(EpollSet& s, short want, short kernel, int depth);
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth);
+
+}  // namespace rdmashim::preload

@@ -1,0 +1,208 @@
+// Hooks for waiting, the poll family: poll, ppoll, select, pselect and
+// their _FORTIFY_SOURCE variants (the epoll family is in hooks_epoll.cc).
+//
+// A socket whose data moved to a ring is quiet on its TCP side, so the
+// kernel cannot tell when it is readable or writable. For such "virtual"
+// descriptors rdmashim computes readiness from the ring (Connection::
+// poll_events) and, to sleep, adds the connection's doorbell eventfd to the
+// kernel wait, after asking the peer to ring it (arm). Descriptors that are
+// not on a ring keep the kernel's answer, so mixed sets work in one call.
+// An epoll set of ours among the descriptors counts as virtual when it holds
+// such sockets (epoll_set.h).
+#include <poll.h>
+#include <signal.h>
+#include <sys/select.h>
+#include <time.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <vector>
+
+#include "epoll_set.h"
+#include "preload.h"
+#include "util/misc.h"
+#include "wait_common.h"
+
+using namespace rdmashim;
+using namespace rdmashim::preload;
+
+namespace {
+
+// The entry behind fd if its readiness is ours to compute: a stream on a
+// ring or still in the handshake (whose bytes the application must not be
+// woken for), or an epoll set of ours holding such streams.
+Ref managed_stream(int fd) {
+  if (fd < 0) return Ref();
+  Ref e = table().get(fd);
+  if (!e) return e;
+  if (e->kind.load() == Entry::Kind::kEpoll) return e->epoll && has_regs(*e->epoll) ? std::move(e) : Ref();
+  e = Ref();
+  return active_stream(fd);
+}
+
+short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
+short virtual_events(const Ref& v, short want, short kernel) {
+  return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
+}
+
+// poll/ppoll/select/pselect all come here when a virtual descriptor is among
+// theirs. Returns what poll() would, with errno set on -1.
+int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool use_ppoll) {
+  std::vector<Ref> virt(nfds);
+  std::vector<nfds_t> vidx;
+  for (nfds_t i = 0; i < nfds; ++i) {
+    if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
+  }
+  std::vector<pollfd> k(nfds + vidx.size());
+  const auto& sys = real();
+  for (;;) {
+    // A handshake may have moved a direction to the ring since the last turn.
+    for (nfds_t i = 0; i < nfds; ++i) {
+      k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
+    }
+    if (sys.poll(k.data(), nfds, 0) < 0) return -1;
+    int count = 0;
+    for (nfds_t i = 0; i < nfds; ++i) {
+      fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
+      count += fds[i].revents != 0;
+    }
+    if (count > 0 || expired(dl)) return count;
+    bool all_virtual = vidx.size() == nfds;
+    for (nfds_t v : vidx) all_virtual = all_virtual && !virt[v]->epoll && virt[v]->conn->on_ring();
+    auto ring_ready = [&] {
+      for (nfds_t v : vidx)
+        if (virtual_events(virt[v], fds[v].events, 0)) return true;
+      return false;
+    };
+    auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
+    if (spin_for(dl, ring_ready, kernel_ready)) continue;
+
+    // Sleep: ask every virtual peer to ring, re-check, then wait on the
+    // kernel descriptors and the doorbells together. Those still in the
+    // handshake wake the kernel wait by their TCP bytes; an epoll set of
+    // ours by its own descriptor (its doorbells are registered in it).
+    std::vector<Ref> armed;
+    bool ready = false;
+    for (size_t j = 0; j < vidx.size(); ++j) {
+      const Ref& v = virt[vidx[j]];
+      k[nfds + j] = {-1, POLLIN, 0};
+      if (v->epoll) {
+        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1) || ready;
+      } else if (v->conn->on_ring()) {
+        v->conn->arm();
+        armed.push_back(share(v.get()));
+        k[nfds + j].fd = v->conn->doorbell();
+      }
+    }
+    for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
+    int r = 0, err = 0;
+    if (!ready) {
+      if (use_ppoll) {
+        timespec t = ts_left(dl);
+        r = sys.ppoll(k.data(), k.size(), dl == kForever ? nullptr : &t, mask);
+      } else {
+        r = sys.poll(k.data(), k.size(), ms_left(dl));
+      }
+      err = errno;
+    }
+    for (auto& a : armed) a->conn->disarm();
+    if (r < 0) {
+      errno = err;
+      return -1;  // EINTR included: poll is never restarted
+    }
+  }
+}
+
+bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
+  for (nfds_t i = 0; i < nfds; ++i)
+    if (managed_stream(fds[i].fd)) return true;
+  return false;
+}
+
+// select and pselect: through poll_mixed when a virtual descriptor is set.
+int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const sigset_t* mask, bool use_ppoll) {
+  std::vector<pollfd> p;
+  for (int fd = 0; fd < nfds; ++fd) {
+    short ev = 0;
+    if (r && FD_ISSET(fd, r)) ev |= POLLIN;
+    if (w && FD_ISSET(fd, w)) ev |= POLLOUT;
+    if (e && FD_ISSET(fd, e)) ev |= POLLPRI;
+    if (ev) p.push_back({fd, ev, 0});
+  }
+  int n = poll_mixed(p.data(), p.size(), dl, mask, use_ppoll);
+  if (n < 0) return -1;
+  for (auto& q : p) {
+    if (q.revents & POLLNVAL) {
+      errno = EBADF;
+      return -1;
+    }
+  }
+  int count = 0;
+  if (r) FD_ZERO(r);
+  if (w) FD_ZERO(w);
+  if (e) FD_ZERO(e);
+  for (auto& q : p) {
+    // The kernel's select maps: readable = IN|HUP|ERR, writable = OUT|ERR, except = PRI.
+    if (r && (q.events & POLLIN) && (q.revents & (POLLIN | POLLHUP | POLLERR))) FD_SET(q.fd, r), ++count;
+    if (w && (q.events & POLLOUT) && (q.revents & (POLLOUT | POLLERR))) FD_SET(q.fd, w), ++count;
+    if (e && (q.events & POLLPRI) && (q.revents & POLLPRI)) FD_SET(q.fd, e), ++count;
+  }
+  return count;
+}
+
+bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const fd_set* e) {
+  if (nfds < 0 || nfds > FD_SETSIZE) return false;
+  for (int fd = 0; fd < nfds; ++fd) {
+    if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
+      if (managed_stream(fd)) return true;
+    }
+  }
+  return false;
+}
+
+}  // namespace
+
+extern "C" {
+
+int poll(pollfd* fds, nfds_t nfds, int timeout) {
+  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().poll(fds, nfds, timeout);
+  return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, false);
+}
+
+int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < nfds) abort();  // glibc's __chk_fail, minus the message
+  return poll(fds, nfds, timeout);
+}
+
+int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
+  // A bad timeout is the kernel's EINVAL before anything else.
+  if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
+  return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
+}
+
+int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask, size_t fdslen) {
+  if (fdslen / sizeof(*fds) < nfds) abort();  // glibc's __chk_fail, minus the message
+  return ppoll(fds, nfds, ts, mask);
+}
+
+int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
+  if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_has_managed_stream(nfds, r, w, e)) {
+    return real().select(nfds, r, w, e, tv);
+  }
+  int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;
+  int n = select_mixed(nfds, r, w, e, dl, nullptr, false);
+  if (tv) {  // Linux reports the time left
+    int64_t left = std::max<int64_t>(0, dl - static_cast<int64_t>(now_ns()));
+    tv->tv_sec = left / 1'000'000'000;
+    tv->tv_usec = (left % 1'000'000'000) / 1000;
+  }
+  return n;
+}
+
+int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
+  if (bad_timespec(ts) || !select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
+  return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
+}
+
+}  // extern "C"

@@ -1,0 +1,28 @@
+// Deadlines and timeouts shared by the poll and epoll hooks (wait_common.h).
+#include "wait_common.h"
+
+#include <algorithm>
+#include <climits>
+
+namespace rdmashim::preload {
+
+int64_t deadline_from_ms(int ms) { return ms < 0 ? kForever : static_cast<int64_t>(now_ns()) + ms * 1'000'000LL; }
+int64_t deadline_from_ts(const timespec* ts) {
+  return ts ? static_cast<int64_t>(now_ns()) + ts->tv_sec * 1'000'000'000LL + ts->tv_nsec : kForever;
+}
+bool expired(int64_t dl) { return dl != kForever && static_cast<int64_t>(now_ns()) >= dl; }
+int ms_left(int64_t dl) {
+  if (dl == kForever) return -1;
+  int64_t left = dl - static_cast<int64_t>(now_ns());
+  return left <= 0 ? 0 : static_cast<int>(std::min<int64_t>((left + 999'999) / 1'000'000, INT32_MAX));
+}
+timespec ts_left(int64_t dl) {
+  int64_t left = std::max<int64_t>(0, dl - static_cast<int64_t>(now_ns()));
+  return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
+}
+
+bool bad_timespec(const timespec* ts) {
+  return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
+}
+
+}  // namespace rdmashim::preload

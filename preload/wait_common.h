@@ -1,0 +1,46 @@
+// What the poll family (hooks_poll.cc) and the epoll family (hooks_epoll.cc)
+// share: deadlines in now_ns() nanoseconds (kForever: none), the checks of a
+// caller's timespec, and the spin on the rings before sleeping.
+#pragma once
+
+#include <sched.h>
+#include <time.h>
+
+#include <cstdint>
+
+#include "util/misc.h"
+#include "util/spin.h"
+
+namespace rdmashim::preload {
+
+constexpr int64_t kForever = -1;
+
+int64_t deadline_from_ms(int ms);
+int64_t deadline_from_ts(const timespec* ts);
+bool expired(int64_t dl);
+int ms_left(int64_t dl);
+timespec ts_left(int64_t dl);
+bool bad_timespec(const timespec* ts);
+
+// Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
+// says so; kernel() is asked only every few hundred turns since it costs a
+// system call. Peers on a ring answer in about a microsecond: catching that
+// here saves the doorbell and two context switches.
+template <typename Ready, typename Kernel>
+bool spin_for(int64_t dl, Ready ready, Kernel kernel) {
+  uint32_t budget = spin_budget_us();
+  if (budget == 0) return ready();
+  uint64_t end = now_ns() + uint64_t{budget} * 1000;
+  if (dl != kForever && static_cast<uint64_t>(dl) < end) end = static_cast<uint64_t>(dl);
+  for (uint32_t i = 1;; ++i) {
+    if (ready()) return true;
+    if ((i & 255) == 0) {
+      if (kernel()) return true;
+      if (now_ns() >= end) return false;
+      if ((i & 4095) == 0) sched_yield();  // leave the core to a runnable peer
+    }
+    cpu_relax();
+  }
+}
+
+}  // namespace rdmashim::preload
