@@ -16,6 +16,11 @@
 #   interactive               a trickle of input arrives as it is written, not held back
 #   stray                     a connection that is not rdma_send is dropped; the real one is served
 #   errors                    usage errors exit 2; refused connection, missing file exit 1
+# Every case that moves data without --transport tcp also requires both tools
+# to say (-v, or --json) they took shm, the default on one host: a failure
+# path tested over plain TCP proves nothing about the ring's. So under
+# RDMASHIM_TRANSPORT=tcp (or RDMASHIM_DISABLE=1) they fail; tcp.*, *.tcp and
+# errors do not.
 # env: RDMASHIM_BUILD (the build folder)
 set -uo pipefail
 
@@ -89,6 +94,26 @@ recv_json() { grep '^{' "$work/$1.err" | tail -n 1 >"$work/$1.json"; }
 
 check_eq() { [ "$2" = "$3" ] || fail "$1: expected '$2', got '$3'"; }
 
+# The transport a tool run with -v said it took, from $work/NAME.err:
+# "rdma_recv: receiving over T" / "rdma_send: connected to HOST:PORT over T".
+said_transport() {
+  sed -n 's/^rdma_recv: receiving over \([^ ]*\)$/\1/p; s/^rdma_send: connected to [^ ]* over \([^ ]*\)$/\1/p' \
+    "$work/$1.err" | tail -n 1
+}
+# expect_transport WANT NAME...: each tool (run with -v) said it took WANT
+# (shm, or tcp for any tcp:* reason).
+expect_transport() {
+  local want=$1 name t
+  shift
+  for name in "$@"; do
+    t=$(said_transport "$name")
+    case $want in
+      tcp) [[ "$t" == tcp* ]] || fail "$name: transport '${t:-none said}', expected tcp" ;;
+      *) check_eq "$name: transport" "$want" "${t:-none said}" ;;
+    esac
+  done
+}
+
 # One transfer from stdin with --verify; checks everything a success means.
 transfer() {
   local bytes=$1 seed=${2:-1} send_args=${3:-} recv_args=${4:-} want_transport=${5:-shm}
@@ -115,8 +140,8 @@ transfer() {
 # 5 s with a message naming what happened.
 kill_one() {
   local victim=$1 flags=${2:-}
-  recv_start r "cat >/dev/null" "$flags"
-  spawn s "$gen 1000g | exec $bin/rdma_send $flags 127.0.0.1:$port 2>'$work/s.err'"
+  recv_start r "cat >/dev/null" "-v $flags"
+  spawn s "$gen 1000g | exec $bin/rdma_send -v $flags 127.0.0.1:$port 2>'$work/s.err'"
   # Mid-transfer: wait until bytes flow (rdma_recv's stdout is a pipe we
   # cannot see; give it a moment, the generator makes GB/s).
   sleep 1
@@ -130,6 +155,8 @@ kill_one() {
   fi
   [ -n "$pid" ] || fail "no $victim process to kill"
   [ -s "$work/$other.rc" ] && fail "the transfer ended before the kill: $(cat "$work/$other.rc")"
+  # Both ends on the transport this case is about: shm, or tcp with --transport tcp.
+  if [ -n "$flags" ]; then expect_transport tcp r s; else expect_transport shm r s; fi
   kill -KILL "$pid"
   local t0=$SECONDS rc
   rc=$(rc_of "$other" 5)
@@ -161,6 +188,8 @@ case $case_name in
     check_eq "sha256" "$(sha256sum <"$work/input" | cut -d' ' -f1)" "$(cat "$work/r.sha")"
     check_eq "verified" true "$(json_field "$work/s.json" verified)"
     check_eq "transport" shm "$(json_field "$work/s.json" transport)"
+    recv_json r
+    check_eq "rdma_recv transport" shm "$(json_field "$work/r.json" transport)"
     ;;
   tcp)
     transfer "$1" 4 "--transport tcp --verify" "--transport tcp" tcp
@@ -192,8 +221,8 @@ case $case_name in
     kill_one receiver "${1:+--transport $1}"
     ;;
   closed-downstream)
-    recv_start r "head -c 10 >'$work/head.out'"
-    spawn s "$gen 100g | exec $bin/rdma_send 127.0.0.1:$port 2>'$work/s.err'"
+    recv_start r "head -c 10 >'$work/head.out'" -v
+    spawn s "$gen 100g | exec $bin/rdma_send -v 127.0.0.1:$port 2>'$work/s.err'"
     check_eq "rdma_recv exit code" 1 "$(rc_of r 10)"
     check_eq "rdma_send exit code" 1 "$(rc_of s 10)"
     check_eq "what head kept" "$("$gen" 10 | od -An -tx1)" "$(od -An -tx1 <"$work/head.out")"
@@ -201,63 +230,70 @@ case $case_name in
       fail "rdma_recv does not say its output was closed"
     grep -q "rdma_send: rdma_recv stopped the transfer: writing its output failed (Broken pipe)" "$work/s.err" ||
       fail "rdma_send does not say why the receiver stopped"
+    expect_transport shm r s
     cat "$work/r.err" "$work/s.err"
     # A downstream that goes away after the whole stream arrived, while
     # rdma_recv still writes it out: found after the trailer, and still
     # reported to both ends (3 MiB: more than the pipe holds, fewer than
     # rdma_recv's buffers).
-    recv_start r2 "bash -c 'sleep 1; exec 0<&-; sleep 3'"
-    "$gen" 3m | timeout 20 "$bin/rdma_send" "127.0.0.1:$port" 2>"$work/s2.err"
+    recv_start r2 "bash -c 'sleep 1; exec 0<&-; sleep 3'" -v
+    "$gen" 3m | timeout 20 "$bin/rdma_send" -v "127.0.0.1:$port" 2>"$work/s2.err"
     check_eq "rdma_send exit code (small transfer)" 1 "${PIPESTATUS[1]}"
     check_eq "rdma_recv exit code (small transfer)" 1 "$(rc_of r2 10)"
     grep -q "rdma_recv: writing to stdout failed after [0-9]* bytes: Broken pipe" "$work/r2.err" ||
       fail "rdma_recv does not say its output was closed (small transfer)"
     grep -q "rdma_send: rdma_recv reports writing its output failed (Broken pipe)" "$work/s2.err" ||
       fail "rdma_send does not say why the receiver failed (small transfer)"
+    expect_transport shm r2 s2
     ;;
   corrupt)
     # The sender flips one bit after taking the checksum: rdma_recv must
     # refuse the data (exit 1) and rdma_send must report it (exit 1).
-    recv_start r "" --verify
-    "$gen" 3m 2 | RDMACAT_TEST_CORRUPT_AT=1234567 timeout 60 "$bin/rdma_send" "127.0.0.1:$port" 2>"$work/s.err"
+    recv_start r "" -v --verify
+    "$gen" 3m 2 | RDMACAT_TEST_CORRUPT_AT=1234567 timeout 60 "$bin/rdma_send" -v "127.0.0.1:$port" 2>"$work/s.err"
     check_eq "rdma_send exit code" 1 "${PIPESTATUS[1]}"
     check_eq "rdma_recv exit code" 1 "$(rc_of r)"
     grep -q "rdma_recv: checksum mismatch over 3145728 bytes" "$work/r.err" || fail "no checksum mismatch message"
     grep -q "rdma_send: rdma_recv reports checksum mismatch" "$work/s.err" || fail "rdma_send does not report it"
+    expect_transport shm r s
     # Without a checksum the same corruption goes through (which is why --verify exists).
-    recv_start r2 ""
-    "$gen" 3m 2 | RDMACAT_TEST_CORRUPT_AT=1234567 timeout 60 "$bin/rdma_send" "127.0.0.1:$port" 2>"$work/s2.err"
+    recv_start r2 "" -v
+    "$gen" 3m 2 | RDMACAT_TEST_CORRUPT_AT=1234567 timeout 60 "$bin/rdma_send" -v "127.0.0.1:$port" 2>"$work/s2.err"
     check_eq "rdma_send exit code without --verify" 0 "${PIPESTATUS[1]}"
     check_eq "rdma_recv exit code without --verify" 0 "$(rc_of r2)"
     rc_of r2-pipe >/dev/null
     [ "$(cat "$work/r2.sha")" != "$(expected_sha 3m 2)" ] || fail "the test hook did not corrupt anything"
+    expect_transport shm r2 s2
     ;;
   interactive)
     # A slow producer: each piece must reach rdma_recv's stdout while the
     # producer still sleeps (no waiting for a full buffer).
-    recv_start r "cat >'$work/out'"
-    spawn s "{ printf first; sleep 2; printf second; sleep 2; } | exec $bin/rdma_send 127.0.0.1:$port 2>'$work/s.err'"
+    recv_start r "cat >'$work/out'" -v
+    spawn s "{ printf first; sleep 2; printf second; sleep 2; } | exec $bin/rdma_send -v 127.0.0.1:$port 2>'$work/s.err'"
     sleep 1
     check_eq "after 1 s" first "$(cat "$work/out")"
     sleep 2
     check_eq "after 3 s" firstsecond "$(cat "$work/out")"
     check_eq "rdma_send exit code" 0 "$(rc_of s 10)"
     check_eq "rdma_recv exit code" 0 "$(rc_of r 10)"
+    expect_transport shm r s
     ;;
   stray)
-    recv_start r ""
+    recv_start r "" -v
     # Something that is not rdma_send connects, says nonsense and leaves.
     exec 3<>"/dev/tcp/127.0.0.1/$port"
     printf 'GET / HTTP/1.0\r\n\r\nxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx' >&3
     exec 3>&-
     sleep 0.5
     [ -s "$work/r.rc" ] && fail "rdma_recv exited after a stray connection"
-    "$gen" 1m 6 | timeout 60 "$bin/rdma_send" "127.0.0.1:$port" 2>"$work/s.err"
+    "$gen" 1m 6 | timeout 60 "$bin/rdma_send" -v "127.0.0.1:$port" 2>"$work/s.err"
     check_eq "rdma_send exit code" 0 "${PIPESTATUS[1]}"
     check_eq "rdma_recv exit code" 0 "$(rc_of r)"
     rc_of r-pipe >/dev/null
     check_eq "sha256" "$(expected_sha 1m 6)" "$(cat "$work/r.sha")"
     grep -q "dropped a connection that is not rdma_send (bad header)" "$work/r.err" || fail "no warning about the stray connection"
+    # The real one, after the stray: on shm.
+    expect_transport shm r s
     ;;
   errors)
     "$bin/rdma_send" >/dev/null 2>&1; check_eq "rdma_send without arguments" 2 "$?"

@@ -109,6 +109,7 @@ TEST(Connection, UpgradesToSharedMemoryAndMovesLargeStreamsBothWays) {
 TEST(Connection, PingPongStaysOrderedAcrossTheSwitch) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
   std::unique_ptr<Connection> server(Connection::make_server(t.server));
   std::thread s([&] {
     unsigned char b[16];
@@ -128,6 +129,7 @@ TEST(Connection, PingPongStaysOrderedAcrossTheSwitch) {
   }
   s.join();
   EXPECT_STREQ(client->transport_name(), "shm");
+  EXPECT_STREQ(server->transport_name(), "shm");
 }
 
 TEST(Connection, PlainClientIsServedAsPlainTcp) {
@@ -178,6 +180,7 @@ TEST(Connection, ServerThatSpeaksFirstStripsTheLateHelloAndBothStayPlain) {
 TEST(Connection, HalfCloseKeepsTheOtherDirectionOpen) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
   std::unique_ptr<Connection> server(Connection::make_server(t.server));
   ASSERT_EQ(send_all(*client, "abc", 3), 3);
   char buf[8];
@@ -194,6 +197,7 @@ TEST(Connection, HalfCloseKeepsTheOtherDirectionOpen) {
   ASSERT_EQ(recv_some(*client, buf, 5, MSG_WAITALL), 5);
   EXPECT_EQ(memcmp(buf, "still", 5), 0);
   EXPECT_STREQ(client->transport_name(), "shm");
+  EXPECT_STREQ(server->transport_name(), "shm");
   // Writing after our own shutdown is EPIPE, as the kernel says.
   EXPECT_EQ(send_all(*client, "no", 2), -EPIPE);
 }
@@ -201,6 +205,7 @@ TEST(Connection, HalfCloseKeepsTheOtherDirectionOpen) {
 TEST(Connection, PeerCloseIsEndOfStreamAfterTheDataAndWritesThenFail) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
   std::unique_ptr<Connection> server(Connection::make_server(t.server));
   ASSERT_EQ(send_all(*client, "1", 1), 1);
   char buf[8];
@@ -210,6 +215,9 @@ TEST(Connection, PeerCloseIsEndOfStreamAfterTheDataAndWritesThenFail) {
   ASSERT_EQ(send_all(*server, "tail", 4), 4);
   ASSERT_EQ(send_all(*client, "up", 2), 2);
   ASSERT_EQ(recv_some(*server, buf, 2, MSG_WAITALL), 2);
+  // Both ends are on the ring: the close below is the ring's end of stream.
+  EXPECT_STREQ(client->transport_name(), "shm");
+  EXPECT_STREQ(server->transport_name(), "shm");
   // The server closes without shutdown(): only FIN tells the client.
   server.reset();
   close(t.server);
@@ -228,6 +236,7 @@ TEST(Connection, PeerCloseIsEndOfStreamAfterTheDataAndWritesThenFail) {
 TEST(Connection, PeekWaitallAndDontwaitOnTheRing) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
   std::unique_ptr<Connection> server(Connection::make_server(t.server));
   std::thread setup([&] { EXPECT_EQ(server->finish_setup(2000), 0); });
   ASSERT_EQ(client->finish_setup(2000), 0);
@@ -249,6 +258,7 @@ TEST(Connection, PeekWaitallAndDontwaitOnTheRing) {
   ASSERT_EQ(recv_some(*client, buf, 2, MSG_WAITALL), 2);  // spans two writes
   late.join();
   EXPECT_STREQ(server->transport_name(), "shm");
+  EXPECT_STREQ(client->transport_name(), "shm");
 }
 
 TEST(Connection, GarbageFromARdmashimPeerIsAResetNotACrash) {
@@ -322,10 +332,13 @@ TEST(Connection, StrayParamsFrameIsAReset) {
 TEST(Connection, ReadTimeoutIsHonoured) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
   std::unique_ptr<Connection> server(Connection::make_server(t.server));
   std::thread s([&] { server->finish_setup(2000); });
   ASSERT_EQ(client->finish_setup(2000), 0);
   s.join();
+  // The timeout of the socket must hold for reads from the ring.
+  ASSERT_STREQ(client->transport_name(), "shm");
   timeval tv{0, 50000};
   setsockopt(t.client, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv);
   char buf[4];
