@@ -95,7 +95,7 @@ void advertise_listener(int fd) {
 
 // After accept: an accepted socket of a listener under rdmashim.
 int track_accepted(int listener, int fd) {
-  if (fd < 0) return fd;
+  if (fd < 0 || config().disabled) return fd;  // RDMASHIM_DISABLE: untouched, not even advertised
   int saved = errno;
   Ref l = table().get(listener);
   if (!l && is_tcp_socket(listener)) {

@@ -13,6 +13,7 @@
 #include "discovery/remote.h"
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/process.h"
 #include "util/stats.h"
 
 namespace rdmashim {
@@ -39,7 +40,8 @@ Stream::Stream() = default;
 Stream::Stream(Stream&&) noexcept = default;
 Stream& Stream::operator=(Stream&&) noexcept = default;
 Stream::~Stream() = default;
-Stream::Stream(UniqueFd fd, std::unique_ptr<Connection> conn) : fd_(std::move(fd)), conn_(std::move(conn)) {}
+Stream::Stream(UniqueFd fd, std::unique_ptr<Connection> conn, stats::Outcome plain_reason)
+    : fd_(std::move(fd)), conn_(std::move(conn)), plain_reason_(plain_reason) {}
 
 Stream Stream::connect(const char* host, uint16_t port, int* err) {
   addrinfo* list = nullptr;
@@ -59,15 +61,17 @@ Stream Stream::connect(const char* host, uint16_t port, int* err) {
     }
     set_nodelay(fd.get());
     std::unique_ptr<Connection> conn;
+    stats::Outcome why = stats::Outcome::kTcpNotAdvertised;
     if (discovery::is_rdmashim_peer(a->ai_addr, a->ai_addrlen)) {
       conn = Connection::make_client(fd.get());
       if (conn) conn->finish_setup(static_cast<int>(config().setup_timeout_ms));
+      else why = upgrades_allowed() ? stats::Outcome::kTcpSetupFailed : stats::Outcome::kTcpPolicy;
     } else {
-      stats::count(stats::Outcome::kTcpNotAdvertised);
+      stats::count(why);
     }
     freeaddrinfo(list);
     *err = 0;
-    return Stream(std::move(fd), std::move(conn));
+    return Stream(std::move(fd), std::move(conn), why);
   }
   freeaddrinfo(list);
   return Stream();
@@ -119,7 +123,7 @@ int Stream::shutdown_write() {
 }
 
 const char* Stream::transport() const {
-  return conn_ ? conn_->transport_name() : stats::name(stats::Outcome::kTcpNotAdvertised);
+  return conn_ ? conn_->transport_name() : stats::name(plain_reason_);
 }
 
 Listener::Listener() = default;

@@ -11,6 +11,7 @@
 #include <memory>
 
 #include "discovery/remote.h"
+#include "util/stats.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim {
@@ -42,9 +43,11 @@ class Stream {
 
  private:
   friend class Listener;
-  Stream(UniqueFd fd, std::unique_ptr<Connection> conn);
+  Stream(UniqueFd fd, std::unique_ptr<Connection> conn,
+         stats::Outcome plain_reason = stats::Outcome::kTcpNotAdvertised);
   UniqueFd fd_;
   std::unique_ptr<Connection> conn_;
+  stats::Outcome plain_reason_ = stats::Outcome::kTcpNotAdvertised;  // why, without conn_
 };
 
 class Listener {

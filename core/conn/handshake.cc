@@ -31,6 +31,7 @@ using conn_internal::send_all;
 std::unique_ptr<Connection> Connection::make_client(int fd) {
   if (!upgrades_allowed()) {
     stats::count(stats::Outcome::kTcpPolicy);
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpPolicy));
     return nullptr;
   }
   std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
