@@ -1,8 +1,7 @@
-// Hooks for moving bytes. Untracked descriptors (files, pipes, plain
+// Hooks for moving bytes (splice and sendfile: hooks_splice.cc). Untracked descriptors (files, pipes, plain
 // sockets) cost one table load and go straight to the kernel; tracked ones
 // go through their Connection, which speaks TCP, frames or the ring.
 #include <fcntl.h>
-#include <sys/sendfile.h>
 #include <sys/socket.h>
 #include <sys/uio.h>
 #include <unistd.h>
@@ -151,76 +150,6 @@ int sendmmsg(int fd, mmsghdr* vec, unsigned int vlen, int flags) {
     vec[n].msg_len = static_cast<unsigned int>(r);
   }
   return static_cast<int>(n);
-}
-
-// The kernel's sendfile and splice would move bytes past the ring (and past
-// the framing before the switch), so a tracked stream gets a copy loop.
-ssize_t sendfile(int out_fd, int in_fd, off_t* offset, size_t count) {
-  Ref s = active_stream(out_fd);
-  if (!s) return real().sendfile(out_fd, in_fd, offset, count);
-  char buf[64 * 1024];
-  size_t done = 0;
-  while (done < count) {
-    size_t want = count - done < sizeof buf ? count - done : sizeof buf;
-    ssize_t got = offset ? real().pread(in_fd, buf, want, *offset) : real().read(in_fd, buf, want);
-    if (got <= 0) {
-      if (got < 0 && done == 0) return -1;
-      break;
-    }
-    iovec iov{buf, static_cast<size_t>(got)};
-    ssize_t sent = s->conn->send(&iov, 1, 0);
-    if (sent < 0) {
-      if (done == 0) return syscall_result(sent);
-      break;
-    }
-    done += static_cast<size_t>(sent);
-    if (offset) *offset += sent;
-    if (sent < got) {
-      // The file position moved past what the socket took: put it back.
-      if (!offset) lseek(in_fd, sent - got, SEEK_CUR);
-      break;
-    }
-  }
-  return static_cast<ssize_t>(done);
-}
-
-ssize_t sendfile64(int out_fd, int in_fd, off64_t* offset, size_t count) {
-  return sendfile(out_fd, in_fd, reinterpret_cast<off_t*>(offset), count);
-}
-
-ssize_t splice(int fd_in, loff_t* off_in, int fd_out, loff_t* off_out, size_t len, unsigned int flags) {
-  Ref in = active_stream(fd_in);
-  Ref out = in ? Ref() : active_stream(fd_out);
-  if (!in && !out) return real().splice(fd_in, off_in, fd_out, off_out, len, flags);
-  // One side is a pipe (splice requires it); the other is our stream.
-  char buf[64 * 1024];
-  size_t want = len < sizeof buf ? len : sizeof buf;
-  int sock_flags = (flags & SPLICE_F_NONBLOCK) ? MSG_DONTWAIT : 0;
-  if (in) {
-    iovec iov{buf, want};
-    ssize_t got = in->conn->recv(&iov, 1, sock_flags);
-    if (got <= 0) return syscall_result(got);
-    size_t put = 0;
-    while (put < static_cast<size_t>(got)) {
-      ssize_t w = real().write(fd_out, buf + put, static_cast<size_t>(got) - put);
-      if (w < 0) {
-        if (errno == EINTR) continue;
-        return put > 0 ? static_cast<ssize_t>(put) : -1;  // bytes read but not written are lost, as a broken pipe loses them
-      }
-      put += static_cast<size_t>(w);
-    }
-    return got;
-  }
-  ssize_t got = real().read(fd_in, buf, want);
-  if (got <= 0) return got;
-  size_t sent = 0;
-  while (sent < static_cast<size_t>(got)) {
-    iovec rest{buf + sent, static_cast<size_t>(got) - sent};
-    ssize_t w = out->conn->send(&rest, 1, 0);
-    if (w < 0) return sent > 0 ? static_cast<ssize_t>(sent) : syscall_result(w);
-    sent += static_cast<size_t>(w);
-  }
-  return got;
 }
 
 // _FORTIFY_SOURCE builds (Debian's packages among them) call these instead;

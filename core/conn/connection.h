@@ -19,7 +19,8 @@
 //
 // Implemented by concern: connection.cc (creation, state, shutdown and
 // close), handshake.cc (Hello/Ack/Params, switching, fallback),
-// data_path.cc (recv and send), readiness.cc (poll readiness, waiting on the
+// data_path.cc (recv and send), transfer.cc (recv_to, for splice and
+// sendfile), readiness.cc (poll readiness, waiting on the
 // doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
@@ -61,6 +62,12 @@ class Connection {
 
   ssize_t recv(const iovec* iov, int iovcnt, int flags);
   ssize_t send(const iovec* iov, int iovcnt, int flags);
+  // For splice() and sendfile() out of the stream: peeks up to `len` bytes
+  // (waiting as recv with `flags` would), hands them to `sink`, which returns
+  // how many it took or -errno, and consumes exactly those; repeats without
+  // waiting while the sink takes all. Nothing the sink refused leaves the stream.
+  using Sink = ssize_t (*)(void* ctx, const void* buf, size_t n);
+  ssize_t recv_to(size_t len, int flags, Sink sink, void* ctx);
   int shutdown(int how);
 
   // Drives the handshake to its end (either way) within timeout_ms; for the
