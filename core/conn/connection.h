@@ -158,7 +158,7 @@ class Connection {
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
-  static constexpr uint64_t kGrowGraceNs = 1'000'000;  // a full lap waits this long for credit before growing
+  static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
   Connection(int fd, Role role);
 

@@ -526,7 +526,14 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
         int w = wait_ring(true, static_cast<int64_t>(now_ns() + kGrowGraceNs));
         side.reacquire();
         if (w == -EINTR) return done > 0 ? static_cast<ssize_t>(done) : w;
+      } else {
+        // Growing for a peer whose socket is gone would only delay the
+        // EPIPE a full lap brings (see wait_ring): ask its kernel first.
+        ping_if_due();
+        pollfd p{fd(), 0, 0};
+        if (sys::real().poll(&p, 1, 0) > 0 && (p.revents & POLLERR)) peer_gone_.store(true, std::memory_order_relaxed);
       }
+      if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
       may_grow = true;
       continue;
     }
