@@ -414,8 +414,9 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     bool ready = arm_all(set, epfd, armed, 1);
     int n = 0, err = 0;
     if (!ready) {
-      timespec t = ts_left(dl);
-      n = real().epoll_pwait2(epfd, ev, max, dl == kForever ? nullptr : &t, mask);
+      int64_t sleep_dl = release_before_sleep(dl);
+      timespec t = ts_left(sleep_dl);
+      n = real().epoll_pwait2(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
     for (auto& a : armed) a->conn->disarm();
@@ -523,13 +524,19 @@ int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
 
 int epoll_wait(int epfd, epoll_event* ev, int max, int timeout) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set || max <= 0 || !ev) return real().epoll_pwait(epfd, ev, max, timeout, nullptr);
+  if (!set || max <= 0 || !ev) {
+    release_before_plain_sleep(timeout != 0);
+    return real().epoll_pwait(epfd, ev, max, timeout, nullptr);
+  }
   return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), nullptr);
 }
 
 int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set || max <= 0 || !ev) return real().epoll_pwait(epfd, ev, max, timeout, mask);
+  if (!set || max <= 0 || !ev) {
+    release_before_plain_sleep(timeout != 0);
+    return real().epoll_pwait(epfd, ev, max, timeout, mask);
+  }
   return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ms(timeout), mask);
 }
 

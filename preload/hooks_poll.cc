@@ -98,11 +98,12 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     int r = 0, err = 0;
     if (!ready) {
+      int64_t sleep_dl = release_before_sleep(dl);
       if (use_ppoll) {
-        timespec t = ts_left(dl);
-        r = sys.ppoll(k.data(), k.size(), dl == kForever ? nullptr : &t, mask);
+        timespec t = ts_left(sleep_dl);
+        r = sys.ppoll(k.data(), k.size(), sleep_dl == kForever ? nullptr : &t, mask);
       } else {
-        r = sys.poll(k.data(), k.size(), ms_left(dl));
+        r = sys.poll(k.data(), k.size(), ms_left(sleep_dl));
       }
       err = errno;
     }
@@ -166,7 +167,10 @@ bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const
 extern "C" {
 
 int poll(pollfd* fds, nfds_t nfds, int timeout) {
-  if (nfds == 0 || !any_managed_stream(fds, nfds)) return real().poll(fds, nfds, timeout);
+  if (nfds == 0 || !any_managed_stream(fds, nfds)) {
+    release_before_plain_sleep(timeout != 0);
+    return real().poll(fds, nfds, timeout);
+  }
   return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, false);
 }
 
@@ -177,7 +181,10 @@ int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
 
 int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
   // A bad timeout is the kernel's EINVAL before anything else.
-  if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) return real().ppoll(fds, nfds, ts, mask);
+  if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) {
+    release_before_plain_sleep(!ts || ts->tv_sec != 0 || ts->tv_nsec != 0);
+    return real().ppoll(fds, nfds, ts, mask);
+  }
   return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
 }
 
@@ -188,6 +195,7 @@ int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* ma
 
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
   if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_has_managed_stream(nfds, r, w, e)) {
+    release_before_plain_sleep(!tv || tv->tv_sec != 0 || tv->tv_usec != 0);
     return real().select(nfds, r, w, e, tv);
   }
   int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;

@@ -21,6 +21,12 @@ timespec ts_left(int64_t dl) {
   return timespec{static_cast<time_t>(left / 1'000'000'000), static_cast<long>(left % 1'000'000'000)};
 }
 
+int64_t release_before_sleep(int64_t dl) {
+  uint64_t due = Connection::release_idle_memory(nullptr);
+  if (due == 0) return dl;
+  return dl == kForever || static_cast<int64_t>(due) < dl ? static_cast<int64_t>(due) : dl;
+}
+
 bool bad_timespec(const timespec* ts) {
   return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
 }

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 
+#include "conn/connection.h"
 #include "util/misc.h"
 #include "util/spin.h"
 
@@ -21,6 +22,15 @@ bool expired(int64_t dl);
 int ms_left(int64_t dl);
 timespec ts_left(int64_t dl);
 bool bad_timespec(const timespec* ts);
+
+// About to sleep: idle elastic rings of this process give pages back
+// (Connection::release_idle_memory). Returns the deadline to sleep until:
+// dl, or earlier when a rate-limited release falls due before it.
+int64_t release_before_sleep(int64_t dl);
+// The same on the paths that pass straight to the kernel (no deadline cap).
+inline void release_before_plain_sleep(bool may_sleep) {
+  if (may_sleep && Connection::idle_memory_pending()) Connection::release_idle_memory(nullptr);
+}
 
 // Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
 // says so; kernel() is asked only every few hundred turns since it costs a

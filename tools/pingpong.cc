@@ -21,7 +21,8 @@ void usage(const char* tool, bool with_transport) {
           "usage: %s --local [options]            both ends on this host (forks a server)\n"
           "       %s server [--port P] [options]  serve clients one after another\n"
           "       %s client HOST[:PORT] [options]\n"
-          "options: --size BYTES (64) --iters N (100000) --warmup N --port P --json%s\n",
+          "options: --size BYTES (64) --iters N (100000) --warmup N --port P --json%s\n"
+          "         --stream [--bytes N (1g)] [--idle-ms MS]: one-way size-byte writes, bytes/s\n",
           tool, tool, tool,
           with_transport ? "\n         --transport auto|shm|verbs|tcp"
                          : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)");
@@ -80,6 +81,14 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
       o->port = static_cast<uint16_t>(v);
     } else if (a == "--host" && i + 1 < argc) {
       o->host = argv[++i];
+    } else if (a == "--stream") {
+      o->stream = true;
+    } else if (a == "--bytes") {
+      if (!value(&v) || v == 0) return usage(tool, with_transport), false;
+      o->bytes = v;
+    } else if (a == "--idle-ms") {
+      if (!value(&v) || v > 600000) return usage(tool, with_transport), false;
+      o->idle_ms = v;
     } else if (a == "--json") {
       o->json = true;
     } else if (!with_transport && a == "--wait" && i + 1 < argc) {
@@ -126,6 +135,69 @@ int serve_pingpong(Channel& ch, size_t size) {
     n = ch.send_all(buf.data(), size);
     if (n < 0) return static_cast<int>(n);
   }
+}
+
+int serve_stream(Channel& ch, const PingPongOptions& o) {
+  std::vector<char> buf(o.size);
+  for (uint64_t got = 0; got < o.bytes;) {
+    size_t want = o.bytes - got < o.size ? static_cast<size_t>(o.bytes - got) : o.size;
+    ssize_t n = ch.recv_all(buf.data(), want);
+    if (n <= 0) return n == 0 ? -EPROTO : static_cast<int>(n);
+    got += static_cast<uint64_t>(n);
+  }
+  char ack = 1;
+  if (ch.send_all(&ack, 1) != 1) return -EIO;
+  if (o.idle_ms == 0) return 0;
+  // The client now sleeps in its read of the report: the connection is idle.
+  timespec ts{static_cast<time_t>(o.idle_ms / 1000), static_cast<long>(o.idle_ms % 1000) * 1'000'000};
+  nanosleep(&ts, nullptr);
+  uint64_t held = ch.idle_memory ? ch.idle_memory() : 0;
+  if (ch.send_all(&held, sizeof held) != static_cast<ssize_t>(sizeof held)) return -EIO;
+  ssize_t n = ch.recv_all(buf.data(), 1);  // until the client closes
+  return n < 0 ? static_cast<int>(n) : 0;
+}
+
+int run_stream_client(const char* tool, Channel& ch, const PingPongOptions& o) {
+  std::vector<char> out(o.size);
+  for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7);
+  uint64_t start = now_ns();
+  for (uint64_t sent = 0; sent < o.bytes;) {
+    size_t len = o.bytes - sent < o.size ? static_cast<size_t>(o.bytes - sent) : o.size;
+    if (ch.send_all(out.data(), len) != static_cast<ssize_t>(len)) {
+      fprintf(stderr, "%s: send failed after %llu bytes: %s\n", tool, static_cast<unsigned long long>(sent),
+              strerror(errno));
+      return 1;
+    }
+    sent += len;
+  }
+  char ack = 0;
+  if (ch.recv_all(&ack, 1) != 1) {
+    fprintf(stderr, "%s: no answer after the stream\n", tool);
+    return 1;
+  }
+  double seconds = static_cast<double>(now_ns() - start) / 1e9;
+  double rate = static_cast<double>(o.bytes) / seconds;
+  long long held = -1;
+  if (o.idle_ms > 0) {
+    uint64_t v = 0;
+    if (ch.recv_all(&v, sizeof v) != static_cast<ssize_t>(sizeof v)) {
+      fprintf(stderr, "%s: no memory report after the idle time\n", tool);
+      return 1;
+    }
+    held = static_cast<long long>(v);
+  }
+  if (o.json) {
+    printf("{\"tool\":%s,\"transport\":%s,\"size\":%zu,\"bytes\":%llu,\"seconds\":%.6f,"
+           "\"bytes_per_s\":%.1f,\"idle_conn_bytes\":%lld}\n",
+           json_quote(tool).c_str(), json_quote(ch.transport).c_str(), o.size,
+           static_cast<unsigned long long>(o.bytes), seconds, rate, held);
+  } else {
+    printf("%s: %llu bytes in %zu-byte writes over %s: %.1f MB/s", tool, static_cast<unsigned long long>(o.bytes),
+           o.size, ch.transport.c_str(), rate / 1e6);
+    if (held >= 0) printf(", %lld bytes held by the idle connection", held);
+    printf("\n");
+  }
+  return 0;
 }
 
 int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o) {

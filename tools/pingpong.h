@@ -21,6 +21,13 @@ struct PingPongOptions {
   bool json = false;
   std::string transport;  // rdmaPingPong only
   std::string wait = "block";  // tcpPingPong: block | poll | epoll (non-blocking socket, event-loop style)
+  // --stream: one-way throughput instead: the client writes `bytes` in
+  // size-byte writes, the server reads them all and answers one byte.
+  bool stream = false;
+  uint64_t bytes = uint64_t{1} << 30;
+  // --idle-ms: after the stream the connection stays idle this long, then
+  // the server reports the memory the connection still holds (idle_memory).
+  uint64_t idle_ms = 0;
 };
 
 // One connected stream, as the ping-pong sees it: count, 0 at EOF, -errno.
@@ -28,6 +35,9 @@ struct Channel {
   std::function<ssize_t(void*, size_t)> recv_all;
   std::function<ssize_t(const void*, size_t)> send_all;
   std::string transport;
+  // Bytes this connection still holds on the serving side (tcpPingPong: the
+  // socket's kernel memory plus any memfd's allocated blocks); may be unset.
+  std::function<uint64_t()> idle_memory;
 };
 
 // Parses argv; prints usage and returns false on bad input.
@@ -35,6 +45,12 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
 
 // Echoes size-byte messages until EOF. Returns 0 or a negative errno.
 int serve_pingpong(Channel& ch, size_t size);
+
+// --stream: the serving side reads o.bytes, answers one byte, and with
+// --idle-ms reports idle_memory() after that long (8 bytes). 0 or -errno.
+int serve_stream(Channel& ch, const PingPongOptions& o);
+// --stream: the client side; prints bytes/s (and the idle memory). Exit code.
+int run_stream_client(const char* tool, Channel& ch, const PingPongOptions& o);
 
 // Runs warm-up plus iters round trips and prints the report. Returns an exit code.
 int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o);

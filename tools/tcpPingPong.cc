@@ -9,6 +9,9 @@
 #include <sys/epoll.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
+#include <sys/stat.h>
+#include <dirent.h>
+#include <linux/sock_diag.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -31,6 +34,33 @@ namespace {
 
 const char* kTool = "tcpPingPong";
 
+// What a connection holds in this process: the socket's kernel memory
+// (SO_MEMINFO: receive queue, send queue, forward allocation) plus the
+// allocated blocks of every memfd we have open (a preload's rings, if any;
+// the serving process has this one connection only).
+uint64_t connection_memory(int fd) {
+  uint64_t total = 0;
+  uint32_t mem[SK_MEMINFO_VARS] = {};
+  socklen_t len = sizeof mem;
+  if (getsockopt(fd, SOL_SOCKET, SO_MEMINFO, mem, &len) == 0) {
+    total += uint64_t{mem[SK_MEMINFO_RMEM_ALLOC]} + mem[SK_MEMINFO_WMEM_QUEUED] + mem[SK_MEMINFO_FWD_ALLOC];
+  }
+  if (DIR* d = opendir("/proc/self/fd")) {
+    while (dirent* e = readdir(d)) {
+      char path[300], target[256];
+      snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
+      ssize_t n = readlink(path, target, sizeof target - 1);
+      if (n <= 0) continue;
+      target[n] = '\0';
+      struct stat st{};
+      // rdmashim's per-process counter page is no connection's.
+      if (strncmp(target, "/memfd:", 7) == 0 && !strstr(target, "rdmashim-stats") && stat(path, &st) == 0) total += uint64_t(st.st_blocks) * 512;
+    }
+    closedir(d);
+  }
+  return total;
+}
+
 int serve(int listener, const PingPongOptions& o, bool once) {
   do {
     int fd = accept(listener, nullptr, nullptr);
@@ -41,7 +71,8 @@ int serve(int listener, const PingPongOptions& o, bool once) {
     }
     tcp_nodelay(fd);
     Channel ch = tcp_channel(fd, o.wait);
-    int r = rdmashim::tools::serve_pingpong(ch, o.size);
+    ch.idle_memory = [fd] { return connection_memory(fd); };
+    int r = o.stream ? rdmashim::tools::serve_stream(ch, o) : rdmashim::tools::serve_pingpong(ch, o.size);
     if (r < 0) fprintf(stderr, "%s: connection ended: %s\n", kTool, strerror(-r));
     close(fd);
   } while (!once);
@@ -77,7 +108,7 @@ int main(int argc, char** argv) {
     int rc = 1;
     if (fd >= 0) {
       Channel ch = tcp_channel(fd, o.wait);
-      rc = rdmashim::tools::run_pingpong_client(kTool, ch, o);
+      rc = o.stream ? rdmashim::tools::run_stream_client(kTool, ch, o) : rdmashim::tools::run_pingpong_client(kTool, ch, o);
       close(fd);
     }
     int status = 0;
@@ -87,7 +118,7 @@ int main(int argc, char** argv) {
   int fd = tcp_connect(kTool, o.host, o.port);
   if (fd < 0) return 1;
   Channel ch = tcp_channel(fd, o.wait);
-  int rc = rdmashim::tools::run_pingpong_client(kTool, ch, o);
+  int rc = o.stream ? rdmashim::tools::run_stream_client(kTool, ch, o) : rdmashim::tools::run_pingpong_client(kTool, ch, o);
   close(fd);
   return rc;
 }

@@ -60,6 +60,7 @@ Connection::Connection(int fd, Role role)
       created_ns_(now_ns()) {}
 
 Connection::~Connection() {
+  if (idle_listed_.load(std::memory_order_relaxed)) forget_idle();
   if (orphaned_) {
     (void)ring_.release();  // both are the parent's copies; leaked on purpose
     (void)transport_.release();
@@ -118,6 +119,12 @@ void Connection::drain_before_close() {
       break;
     }
     if (read_frame(MSG_DONTWAIT) <= 0) break;
+  }
+  if (rx_ == Rx::kRing || tx_ == Tx::kRing) {
+    // Nobody reads our rx ring after this; give back what the peer drained.
+    std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+    if (tx.owns_lock() && ring_ && transport_ && !transport_->shared()) ring_->release_tx();
+    release_rx_for_good();
   }
   if (rx_ == Rx::kRing) {
     poll_control();

@@ -135,6 +135,16 @@ class Connection {
     sndtimeo_ns_.store(-1, std::memory_order_relaxed);
   }
 
+  // Elastic rings give their pages back when idle, never on the hot path:
+  // a write that leaves more than 64 KiB touched lists its connection, and
+  // this process's next sleep in our hooks (blocking read or write, poll,
+  // select, epoll) releases the listed ones whose reader drained, at most
+  // once per 100 ms each. Returns when the next one is due (now_ns() time;
+  // 0: none), so a sleep can end then. `held`: a connection whose send lock
+  // the caller holds (skipped). Never blocks on a connection's lock.
+  static uint64_t release_idle_memory(const Connection* held);
+  static bool idle_memory_pending() { return idle_count_.load(std::memory_order_relaxed) != 0; }
+
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 
@@ -155,6 +165,7 @@ class Connection {
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
+  static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
   Connection(int fd, Role role);
 
@@ -217,6 +228,20 @@ class Connection {
   void flush_tx();
   int epipe(int flags);
   int broken(const char* what);
+
+  // Elastic memory (idle_release.cc). tx_mu_ held for note_tx_dirty.
+  static constexpr uint64_t kReleaseIntervalNs = 100'000'000;
+  void note_tx_dirty() {
+    if (!idle_listed_.load(std::memory_order_relaxed) && ring_->release_pending()) list_idle();
+  }
+  void list_idle();
+  void forget_idle();
+  uint64_t release_idle(uint64_t now, bool* done);  // the registry's lock held
+  void release_rx_for_good();                        // rx_mu_ held: the producer is gone
+  static std::atomic<uint32_t> idle_count_;
+  std::atomic<bool> idle_listed_{false};
+  uint64_t last_release_ns_ = 0;  // tx_mu_
+  bool rx_released_ = false;      // rx_mu_
 
   std::atomic<int> fd_;
   const Role role_;

@@ -263,14 +263,20 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
     if (r > 0 || r == -EFAULT) return r;
     if (r < 0) return broken("ring cursor out of bounds");
     if (rx_shut_.load(std::memory_order_relaxed)) return 0;
-    if (peer_closed_ && ring_->rx_position() >= peer_final_) return 0;
+    if (peer_closed_ && ring_->rx_position() >= peer_final_) {
+      release_rx_for_good();  // drained, and the peer writes no more
+      return 0;
+    }
     if (tcp_error_ != 0) {
       // Like the kernel: the error once, then end of stream.
       int e = std::exchange(tcp_error_, 0);
       tcp_eof_ = true;
       return -e;
     }
-    if (tcp_eof_) return 0;
+    if (tcp_eof_) {
+      release_rx_for_good();
+      return 0;
+    }
     if (nonblocking(flags)) {
       if (poll_control()) continue;
       return -EAGAIN;
@@ -479,6 +485,7 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
   size_t total = iov_total(iov, iovcnt);
   size_t done = 0;
   int64_t dl = kDeadlineUnknown;
+  bool may_grow = false;
   SideLock side(*this, Transport::Dir::kTx);
   for (;;) {
     if (tx_shut_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
@@ -501,11 +508,35 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
         return p == -EPIPE ? epipe(flags) : p;
       }
     }
-    ssize_t r = ring_->write(iov, iovcnt, done);
+    ssize_t r = ring_->write(iov, iovcnt, done, may_grow);
     if (r == -EFAULT) return done > 0 ? static_cast<ssize_t>(done) : r;
     if (r < 0) return broken("ring cursor out of bounds");
     done += static_cast<size_t>(r);
+    note_tx_dirty();
     if (done == total) return static_cast<ssize_t>(done);
+    if (r > 0) may_grow = false;
+    if (!may_grow && ring_->writable() > 0) {
+      // Only the lap is full (elastic rings). A reader that drains frees
+      // room within moments: a blocking writer waits that long, so the lap
+      // stays small and cache-hot, and grows only if none came. A
+      // non-blocking one grows at once, as poll already said POLLOUT (TCP
+      // would take the bytes).
+      if (!nonblocking(flags) && ring_->lap_room() == 0) {
+        side.release();
+        int w = wait_ring(true, static_cast<int64_t>(now_ns() + kGrowGraceNs));
+        side.reacquire();
+        if (w == -EINTR) return done > 0 ? static_cast<ssize_t>(done) : w;
+      } else {
+        // Growing for a peer whose socket is gone would only delay the
+        // EPIPE a full lap brings (see wait_ring): ask its kernel first.
+        ping_if_due();
+        pollfd p{fd(), 0, 0};
+        if (sys::real().poll(&p, 1, 0) > 0 && (p.revents & POLLERR)) peer_gone_.store(true, std::memory_order_relaxed);
+      }
+      if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
+      may_grow = true;
+      continue;
+    }
     // The ring is full. If the peer's socket is gone it will never drain.
     if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
     tx_full_.fetch_add(1, std::memory_order_seq_cst);

@@ -220,10 +220,11 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
   if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs &&
       random_bytes(ack.token, sizeof ack.token)) {
     int err = 0;
-    auto t = shm::ShmTransport::offer(cfg.ring_size, hello.rendezvous, ack.token, &err);
+    size_t ring = tcp_equivalent_ring_size(fd_);
+    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, ack.token, &err);
     if (t) {
       ack.transport = wire::kTransportShm;
-      ack.ring_size = static_cast<uint32_t>(cfg.ring_size);
+      ack.ring_size = static_cast<uint32_t>(ring);
       adopt(std::move(t));
     } else {
       failure = stats::Outcome::kTcpSetupFailed;

@@ -34,7 +34,7 @@ void Connection::wake_self() {
 // the kernel would not have restarted.
 int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   auto ready = [&] {
-    if (for_write) return ring_->writable() != 0;
+    if (for_write) return ring_->lap_room() != 0;
     ssize_t n = ring_->readable();
     return n < 0 || static_cast<size_t>(n) >= min_bytes || (min_bytes > 1 && rx_end_.load(std::memory_order_acquire));
   };
@@ -57,6 +57,8 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   // socket is gone would never drain, so it pings now and then, and a gone
   // peer's kernel answers with RST, which poll reports as POLLERR.
   if (for_write) ping_if_due();
+  // About to sleep: rings of this process that went idle give pages back.
+  uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
   short tcp_events = !for_write && !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
@@ -65,6 +67,11 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
   if (for_write && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  if (release_due != 0) {  // wake when the rate limit lets that release happen
+    uint64_t now = now_ns();
+    int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);
+    if (timeout < 0 || ms < timeout) timeout = ms;
+  }
   int r = sys::real().poll(p, 2, timeout);
   int e = errno;
   link.finish_sleep();

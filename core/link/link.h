@@ -60,6 +60,24 @@ class Link {
 
   // A transport failure the link saw (a negative errno), sticky; 0 if none.
   virtual int error() const { return 0; }
+
+  // Elastic memory, for links whose rings are pages both processes map
+  // (shared memory): the producer uses only the first `lap` bytes of the
+  // ring, growing it when the reader does not drain, and the pages nobody
+  // needs go back to the kernel (hole punching). The producer publishes its
+  // map word (RingChannel: log2(lap) << 32 | base mod size); other links
+  // keep the whole ring, base 0, and their memory.
+  virtual bool elastic() const { return false; }
+  virtual uint64_t peer_map() { return 0; }  // untrusted: only ever masked
+  virtual uint64_t own_map() const { return 0; }
+  virtual void publish_map(uint64_t /*word*/) {}
+  // Producer: copies len bytes within the peer's rx ring (a lap growing).
+  virtual void copy_tx(uint64_t /*dst*/, uint64_t /*src*/, size_t /*len*/) {}
+  // Give back the first `len` bytes (page multiples) of the peer's rx ring
+  // (producer, ring drained) or of our own (consumer, producer gone for
+  // good). False if the kernel refused (then never again).
+  virtual bool release_tx(size_t /*len*/) { return false; }
+  virtual bool release_rx(size_t /*len*/) { return false; }
 };
 
 }  // namespace rdmashim

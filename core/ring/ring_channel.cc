@@ -1,5 +1,6 @@
 #include "ring/ring_channel.h"
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -23,8 +24,44 @@ void do_put(void* arg) {
 
 }  // namespace
 
+namespace {
+
+constexpr uint64_t kFirstLap = 1024 * 1024;
+
+unsigned log2_of(uint64_t pow2) { return static_cast<unsigned>(__builtin_ctzll(pow2)); }
+
+}  // namespace
+
 RingChannel::RingChannel(Link& link)
-    : link_(link), size_(link.ring_size()), mask_(link.ring_size() - 1) {}
+    : link_(link),
+      size_(link.ring_size()),
+      mask_(link.ring_size() - 1),
+      tx_lap_(link.ring_size()),
+      elastic_(link.elastic()),
+      first_lap_(link.ring_size() < kFirstLap ? link.ring_size() : kFirstLap) {}
+
+void RingChannel::publish_map() { link_.publish_map(uint64_t{log2_of(tx_lap_)} << 32 | (tx_base_ & mask_)); }
+
+void RingChannel::restart_lap() {
+  tx_base_ = tx_tail_;
+  tx_lap_ = first_lap_;
+  publish_map();
+}
+
+// Full lap, consumer not draining: double it. Pending bytes keep their
+// offsets: those that wrapped to the lap's start are copied past its end.
+void RingChannel::grow_lap() {
+  const uint64_t lap = tx_lap_, pending = tx_tail_ - tx_head_;
+  const uint64_t at = (tx_head_ - tx_base_) & (lap - 1);
+  const uint64_t wrapped = at + pending > lap ? at + pending - lap : 0;
+  if (wrapped > 0) link_.copy_tx(lap, 0, static_cast<size_t>(wrapped));
+  tx_base_ = tx_head_ - at;
+  tx_lap_ = lap * 2;
+  if (lap + wrapped > tx_dirty_) tx_dirty_ = lap + wrapped;
+  publish_map();
+  // The map before any byte we write under it (a reader re-checks the map).
+  std::atomic_thread_fence(std::memory_order_release);
+}
 
 void RingChannel::resync_rx() {
   rx_head_ = link_.own_head();
@@ -33,6 +70,13 @@ void RingChannel::resync_rx() {
 
 void RingChannel::resync_tx() {
   tx_tail_ = link_.own_tail();
+  if (elastic_) {
+    uint64_t word = link_.own_map();
+    unsigned lg = static_cast<unsigned>(word >> 32);
+    tx_lap_ = word == 0 ? size_ : uint64_t{1} << (lg < 63 ? lg : 0);
+    if (tx_lap_ > size_ || tx_lap_ < first_lap_) tx_lap_ = size_;
+    tx_base_ = word & mask_;
+  }
   tx_head_ = 0;  // refreshed (and checked) from the peer by the next writable()
 }
 
@@ -52,9 +96,26 @@ ssize_t RingChannel::readable() {
   return static_cast<ssize_t>(rx_tail_ - rx_head_);
 }
 
-ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip) {
+ssize_t RingChannel::lap_room() {
+  ssize_t room = writable();
+  if (room <= 0 || !elastic_) return room;
+  return static_cast<ssize_t>(tx_lap_ - (tx_tail_ - tx_head_));
+}
+
+ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip, bool may_grow) {
   ssize_t room = writable();
   if (room <= 0) return room;
+  if (elastic_) {
+    // The consumer drained everything: a first lap from the ring's start, so
+    // a stream that keeps draining stays in the same few (cache-hot) pages.
+    if (tx_head_ == tx_tail_ && (tx_base_ != tx_tail_ || tx_lap_ != first_lap_)) restart_lap();
+    if (tx_tail_ - tx_head_ >= tx_lap_) {
+      if (!may_grow || tx_lap_ >= size_) return 0;
+      grow_lap();
+    }
+    room = static_cast<ssize_t>(tx_lap_ - (tx_tail_ - tx_head_));
+  }
+  const uint64_t lap = tx_lap_;
   size_t left = static_cast<size_t>(room);
   size_t done = 0;
   for (int i = 0; i < iovcnt && left > 0; ++i) {
@@ -68,11 +129,12 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip) {
     len -= skip;
     skip = 0;
     if (len > left) len = left;
-    // At most two pieces: up to the end of the ring, then from its start.
+    // At most two pieces: up to the end of the lap, then from its start.
     while (len > 0) {
-      uint64_t off = tx_tail_ & mask_;
-      size_t piece = static_cast<size_t>(size_ - off);
+      uint64_t off = (tx_tail_ - tx_base_) & (lap - 1);
+      size_t piece = static_cast<size_t>(lap - off);
       if (piece > len) piece = len;
+      if (off + piece > tx_dirty_) tx_dirty_ = off + piece;
       // The source is the application's: a bad pointer is EFAULT, not a crash.
       PutArgs a{&link_, off, src, piece};
       if (!guarded_user_access(src, piece, do_put, &a)) {
@@ -94,27 +156,44 @@ ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
   ssize_t avail = readable();
   if (avail <= 0) return avail;
   const unsigned char* data = link_.rx_data();
-  uint64_t pos = rx_head_;
-  size_t left = static_cast<size_t>(avail);
+  // Read after the tail (readable()): the map that placed these bytes. A
+  // hostile map only garbles the peer's own bytes; offsets stay in bounds.
+  uint64_t map = elastic_ ? link_.peer_map() : 0;
   size_t done = 0;
-  for (int i = 0; i < iovcnt && left > 0; ++i) {
-    auto* dst = static_cast<unsigned char*>(iov[i].iov_base);
-    size_t len = iov[i].iov_len < left ? iov[i].iov_len : left;
-    while (len > 0) {
-      uint64_t off = pos & mask_;
-      size_t piece = static_cast<size_t>(size_ - off);
-      if (piece > len) piece = len;
-      if (!copy_user(dst, data + off, piece, dst)) {
-        left = 0;  // what was copied before the fault counts; the rest stays
-        if (done == 0) return -EFAULT;
-        break;
+  uint64_t pos = rx_head_;
+  for (int attempt = 0;; ++attempt) {
+    unsigned lg = static_cast<unsigned>(map >> 32);
+    const uint64_t lap_mask = map == 0 || lg >= 63 || (uint64_t{1} << lg) > size_ ? mask_ : (uint64_t{1} << lg) - 1;
+    const uint64_t base = map & mask_;
+    pos = rx_head_;
+    size_t left = static_cast<size_t>(avail);
+    done = 0;
+    for (int i = 0; i < iovcnt && left > 0; ++i) {
+      auto* dst = static_cast<unsigned char*>(iov[i].iov_base);
+      size_t len = iov[i].iov_len < left ? iov[i].iov_len : left;
+      while (len > 0) {
+        uint64_t off = (pos - base) & lap_mask;
+        size_t piece = static_cast<size_t>(lap_mask + 1 - off);
+        if (piece > len) piece = len;
+        if (!copy_user(dst, data + off, piece, dst)) {
+          left = 0;  // what was copied before the fault counts; the rest stays
+          if (done == 0) return -EFAULT;
+          break;
+        }
+        dst += piece;
+        len -= piece;
+        left -= piece;
+        done += piece;
+        pos += piece;
       }
-      dst += piece;
-      len -= piece;
-      left -= piece;
-      done += piece;
-      pos += piece;
     }
+    if (!elastic_) break;
+    // The lap grew while we copied: what we read at its old place may be
+    // overwritten already; the new map places every pending byte.
+    std::atomic_thread_fence(std::memory_order_acquire);
+    uint64_t again = link_.peer_map();
+    if (again == map || attempt == 8) break;
+    map = again;
   }
   if (!peek && done > 0) {
     rx_head_ = pos;
@@ -132,6 +211,24 @@ ssize_t RingChannel::discard(size_t n) {
     link_.publish_head(rx_head_);
   }
   return static_cast<ssize_t>(k);
+}
+
+// Called on the way to sleep or close, never per write: only when the
+// consumer published head == tail is no byte of the ring needed, and only we
+// write it, so nothing can race with the hole punch.
+bool RingChannel::release_tx() {
+  if (!elastic_ || tx_dirty_ == 0) return true;
+  if (writable() < 0 || tx_head_ != tx_tail_) return false;
+  restart_lap();  // the next write starts at the ring's start
+  constexpr size_t kPage = 4096;
+  size_t len = (tx_dirty_ + kPage - 1) & ~(kPage - 1);
+  link_.release_tx(len < size_ ? len : size_);
+  tx_dirty_ = 0;
+  return true;
+}
+
+void RingChannel::release_rx() {
+  if (elastic_) link_.release_rx(size_);
 }
 
 }  // namespace rdmashim

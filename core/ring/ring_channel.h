@@ -3,7 +3,17 @@
 // serialize concurrent senders (and receivers) themselves.
 //
 // Positions are 64-bit byte counts that never wrap; the ring offset is
-// position & (size - 1). The producer may write while tail - head < size.
+// (position - base) & (lap - 1); base 0 and lap = size unless the link is
+// elastic (Link::elastic). The producer may write while tail - head < lap.
+//
+// Elastic laps: a lap starts at 1 MiB (cache-hot, as the fixed rings were)
+// and restarts at the ring's start whenever the consumer drained everything.
+// When the writer finds the lap full and the reader does not drain, the lap
+// doubles (up to size): the producer copies the wrapped part of the pending
+// bytes past the old lap so every pending byte reads the same under either
+// map, and publishes the new map. A reader that copied under the old map
+// re-reads the map and copies again if it changed (the old place of the
+// wrapped part may be overwritten once the lap grew).
 // Everything the peer publishes is validated before use, so a broken or
 // hostile peer yields an error, never an out-of-bounds access.
 #pragma once
@@ -24,7 +34,10 @@ class RingChannel {
 
   // Copies as much of iov as fits (skipping the first `skip` bytes of it);
   // returns the count (0: ring full) or -EPROTO if the peer's cursor is bad.
-  ssize_t write(const iovec* iov, int iovcnt, size_t skip = 0);
+  // A full lap grows only with may_grow.
+  ssize_t write(const iovec* iov, int iovcnt, size_t skip = 0, bool may_grow = true);
+  // Room in the current lap (the whole ring on fixed links); -EPROTO.
+  ssize_t lap_room();
   // Copies out up to the iov's capacity; returns the count (0: ring empty) or
   // -EPROTO. With peek the bytes stay in the ring.
   ssize_t read(const iovec* iov, int iovcnt, bool peek = false);
@@ -48,6 +61,15 @@ class RingChannel {
   void resync_rx();
   void resync_tx();
 
+  // Elastic links. The producer hands back the pages it wrote since the last
+  // time, if the consumer drained everything (caller holds the send side);
+  // true if nothing is left to give back. pending says there is something.
+  static constexpr size_t kReleaseMinBytes = 64 * 1024;
+  bool release_pending() const { return elastic_ && tx_dirty_ > kReleaseMinBytes; }
+  bool release_tx();
+  // The consumer, once the producer is gone for good: our whole rx ring.
+  void release_rx();
+
   uint64_t tx_position() const { return tx_tail_; }
   uint64_t rx_position() const { return rx_head_; }
   Link& link() { return link_; }
@@ -60,6 +82,15 @@ class RingChannel {
   uint64_t tx_head_ = 0;     // latest credit seen from the peer
   uint64_t rx_head_ = 0;     // bytes we consumed
   uint64_t rx_tail_ = 0;     // latest production seen from the peer
+  uint64_t tx_base_ = 0;     // where our current lap began (elastic links)
+  uint64_t tx_lap_;          // its length
+  uint64_t tx_dirty_ = 0;    // bytes from the ring's start we may have written since the last release
+  const bool elastic_;
+  const uint64_t first_lap_;
+
+  void publish_map();
+  void restart_lap();  // consumer drained: a first lap from our tail
+  void grow_lap();
 };
 
 }  // namespace rdmashim

@@ -22,4 +22,11 @@ constexpr bool valid_ring_size(uint64_t size) {
 static_assert(valid_ring_size(kMinRingSize) && valid_ring_size(kMaxRingSize) &&
               valid_ring_size(kDefaultRingSize));
 
+// The shared-memory ring for a connection on socket fd: RDMASHIM_RING_SIZE
+// if set, else what TCP would buffer per direction on this host (the
+// larger of tcp_wmem[2] + tcp_rmem[2] and the socket's SO_SNDBUF +
+// SO_RCVBUF), rounded up to a power of two, at least kDefaultRingSize and at
+// most kMaxRingSize. Its pages cost memory only once written (ring_sizing.cc).
+size_t tcp_equivalent_ring_size(int fd);
+
 }  // namespace rdmashim

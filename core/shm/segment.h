@@ -3,6 +3,9 @@
 // doorbell per side. The server creates it; the client attaches to it after
 // receiving the descriptors over the rendezvous socket.
 //
+// The memfd is sparse: a page costs memory once written, and the producer
+// punches pages of a drained ring back out (ShmLink::release_tx).
+//
 // Layout (offsets in bytes, R = ring size):
 //      0  SegmentHeader (one 4 KiB page)
 //   4096  client's rx ring  (server -> client bytes), R bytes
@@ -25,10 +28,18 @@ struct alignas(64) Cursor {
   std::atomic<uint64_t> value{0};
 };
 
+// The producer's cursor and, on the same line (read together), its map
+// word: log2(lap) << 32 | base mod R; byte p lies at (p - base) & (lap - 1).
+// 0 (before the first write) means the whole ring from base 0.
+struct alignas(64) ProducerCursor {
+  std::atomic<uint64_t> value{0};
+  std::atomic<uint64_t> map{0};
+};
+
 // What one side publishes. Written only by that side (except `sleepers`,
 // which only that side changes too); read by both.
 struct alignas(64) SideState {
-  Cursor produced;                    // bytes written into the other side's rx ring
+  ProducerCursor produced;            // bytes written into the other side's rx ring, and map
   Cursor consumed;                    // bytes consumed from this side's rx ring
   alignas(64) std::atomic<uint32_t> sleepers{0};  // threads of this side about to sleep on its doorbell
   std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
@@ -51,7 +62,7 @@ struct SegmentHeader {
 };
 
 constexpr uint64_t kSegmentMagic = 0x676573'6873616d'64ull;  // "dmashseg", loosely
-constexpr uint32_t kSegmentVersion = 1;
+constexpr uint32_t kSegmentVersion = 2;  // 2: ProducerCursor::map
 constexpr size_t kHeaderBytes = 4096;
 
 static_assert(sizeof(SideState) == 192);

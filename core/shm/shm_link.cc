@@ -1,5 +1,7 @@
 #include "shm/shm_link.h"
 
+#include <sys/mman.h>
+
 #include <cstring>
 
 #include "sys/sys.h"
@@ -55,6 +57,19 @@ void ShmLink::finish_sleep() {
     ssize_t ignored = sys::real().read(segment_->doorbell(self_), &count, sizeof count);
     (void)ignored;
   }
+}
+
+// MADV_REMOVE on our shared writable mapping frees the memfd's pages (in
+// both processes; a later write gets a fresh zero page), as a hole punch
+// would, and works under the F_SEAL_SHRINK | F_SEAL_GROW seals. madvise is
+// a call even strict sandboxes allow (malloc makes it); should the kernel
+// refuse anyway, we stop asking.
+bool ShmLink::punch(unsigned char* ring, size_t len) {
+  static std::atomic<bool> refused{false};
+  if (len == 0 || refused.load(std::memory_order_relaxed)) return false;
+  if (madvise(ring, len, MADV_REMOVE) == 0) return true;
+  refused.store(true, std::memory_order_relaxed);
+  return false;
 }
 
 void ShmLink::mark_attached() { mine_.attached.store(1, std::memory_order_release); }

@@ -3,6 +3,7 @@
 // waiting side's eventfd, rung only when that side announced it sleeps.
 #pragma once
 
+#include <cstring>
 #include <memory>
 
 #include "link/link.h"
@@ -32,8 +33,17 @@ class ShmLink final : public Link {
   bool peer_attached() const;
   SideState& mine() { return mine_; }
 
+  bool elastic() const override { return true; }
+  uint64_t peer_map() override { return theirs_.produced.map.load(std::memory_order_acquire); }
+  uint64_t own_map() const override { return mine_.produced.map.load(std::memory_order_relaxed); }
+  void publish_map(uint64_t word) override { mine_.produced.map.store(word, std::memory_order_release); }
+  void copy_tx(uint64_t dst, uint64_t src, size_t len) override { memcpy(tx_ + dst, tx_ + src, len); }
+  bool release_tx(size_t len) override { return punch(tx_, len); }
+  bool release_rx(size_t len) override { return punch(rx_, len); }
+
  private:
   void wake_peer();
+  static bool punch(unsigned char* ring, size_t len);
 
   std::unique_ptr<Segment> segment_;
   const Side self_;

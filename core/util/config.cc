@@ -16,16 +16,17 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 
 
 template <typename T>
-void read_number(const char* name, T* field, uint64_t lo, uint64_t hi) {
+bool read_number(const char* name, T* field, uint64_t lo, uint64_t hi) {
   const char* text = getenv(name);
-  if (!text || !*text) return;
+  if (!text || !*text) return false;
   uint64_t v = 0;
   if (!parse_size(text, &v) || v < lo || v > hi) {
     RDMASHIM_WARN("ignoring %s=%s (expected %llu..%llu)", name, text,
               static_cast<unsigned long long>(lo), static_cast<unsigned long long>(hi));
-    return;
+    return false;
   }
   *field = static_cast<T>(v);
+  return true;
 }
 
 void load() {
@@ -46,10 +47,11 @@ void load() {
   read_number("RDMASHIM_SETUP_TIMEOUT_MS", &c.setup_timeout_ms, 1, 600000);
   read_number("RDMASHIM_SPIN_US", &c.spin_us, 0, 1000000);
   size_t ring = c.ring_size;
-  read_number("RDMASHIM_RING_SIZE", &ring, kMinRingSize, kMaxRingSize);
+  bool ring_given = read_number("RDMASHIM_RING_SIZE", &ring, kMinRingSize, kMaxRingSize);
   if (ring & (ring - 1)) {
     RDMASHIM_WARN("ignoring RDMASHIM_RING_SIZE=%zu (must be a power of two)", ring);
   } else {
+    c.ring_size_set = ring_given;
     c.ring_size = ring;
   }
   if (const char* t = getenv("RDMASHIM_FORKGEN"); t && *t) {

@@ -24,7 +24,11 @@ struct Config {
   TransportChoice transport = TransportChoice::kAuto;  // RDMASHIM_TRANSPORT
   uint32_t setup_timeout_ms = 2000;                    // RDMASHIM_SETUP_TIMEOUT_MS
   uint32_t spin_us = 50;                               // RDMASHIM_SPIN_US
-  size_t ring_size = kDefaultRingSize;                 // RDMASHIM_RING_SIZE (power of two)
+  // RDMASHIM_RING_SIZE (power of two). Verbs rings (registered memory) are
+  // this size; shared-memory ones too when it was set, else they follow
+  // TCP's buffering (tcp_equivalent_ring_size).
+  size_t ring_size = kDefaultRingSize;
+  bool ring_size_set = false;
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   bool disabled = false;                               // RDMASHIM_DISABLE=1

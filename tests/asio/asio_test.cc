@@ -784,7 +784,7 @@ void scenario_cancellation(asio::io_context& io, EchoServer& server) {
     acceptor.join();
     if (!ok || !session) return;
     fe.wait();
-    const size_t kBig = 64u << 20;  // more than a ring or a loopback window holds
+    const size_t kBig = 384u << 20;  // more than a ring (kMaxRingSize at most) or a loopback window holds
     std::vector<uint8_t> big = pattern(kBig, 0xB16);
     std::promise<std::pair<error_code, size_t>> p;
     auto f = p.get_future();

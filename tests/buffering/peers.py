@@ -1,0 +1,117 @@
+#!/usr/bin/env python3
+"""Peers for the buffering tests (run_buffering.sh), each started under
+`rdmashim run`:
+
+  server PORTFILE echo|sink     asyncio server: echo 64 KiB at a time with
+                                drain(), or read everything and answer one
+                                byte per MiB received
+  echo PORT BYTES               asyncio client: write BYTES, await drain(),
+                                then read the echo; checks it byte-exact
+  many PORT CONNS BYTES         CONNS connections, each writes BYTES and gets
+                                its answer, twice (the second time on the
+                                ring); then, all idle, sleeps in select()
+                                and prints the ring memory (memfd blocks) this
+                                process holds, as JSON
+"""
+import asyncio, hashlib, json, os, select, socket, sys, time
+
+
+async def serve(portfile, mode):
+    async def echo(reader, writer):
+        while True:
+            data = await reader.read(65536)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+        writer.close()
+
+    async def sink(reader, writer):
+        got = 0
+        while True:
+            data = await reader.read(1 << 20)
+            if not data:
+                break
+            before, got = got, got + len(data)
+            for _ in range(got // (1 << 20) - before // (1 << 20)):
+                writer.write(b"k")
+            await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(echo if mode == "echo" else sink, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(port))
+    os.rename(portfile + ".tmp", portfile)
+    async with server:
+        await server.serve_forever()
+
+
+async def echo_client(port, size):
+    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    payload = os.urandom(size)
+    writer.write(payload)
+    await writer.drain()
+    got = await reader.readexactly(size)
+    writer.close()
+    ok = hashlib.sha256(got).digest() == hashlib.sha256(payload).digest()
+    print(json.dumps({"bytes": size, "exact": ok}))
+    return 0 if ok else 1
+
+
+def ring_bytes():
+    total = 0
+    for name in os.listdir("/proc/self/fd"):
+        path = "/proc/self/fd/" + name
+        try:
+            if os.readlink(path).startswith("/memfd:rdmashim-ring"):
+                total += os.stat(path).st_blocks * 512
+        except OSError:
+            pass
+    return total
+
+
+def many(port, conns, size):
+    socks, chunk = [], b"x" * (1 << 20)
+    for _ in range(conns):
+        s = socket.create_connection(("127.0.0.1", port))
+        # Twice: what a client writes before the handshake's answer travels
+        # framed over TCP; the second round is on the ring.
+        for _ in range(2):
+            left = size
+            while left > 0:
+                n = s.send(chunk[: min(left, len(chunk))])
+                left -= n
+            need = max(1, size >> 20)
+            got = b""
+            while len(got) < need:
+                got += s.recv(need - len(got))
+        socks.append(s)
+    busy = ring_bytes()
+    # Idle: sleeping in select() on the connections (our hook) lets the rings
+    # give their pages back; the rate limit may take one more wakeup.
+    deadline = time.time() + 1.0
+    while time.time() < deadline:
+        select.select(socks[:64], [], [], 0.3)
+    print(json.dumps({"conns": conns, "bytes_each": size, "ring_bytes_right_after": busy,
+                      "ring_bytes_idle": ring_bytes()}))
+    for s in socks:
+        s.close()
+    return 0
+
+
+def main():
+    cmd = sys.argv[1]
+    if cmd == "server":
+        asyncio.run(serve(sys.argv[2], sys.argv[3]))
+        return 0
+    if cmd == "echo":
+        return asyncio.run(echo_client(int(sys.argv[2]), int(sys.argv[3])))
+    if cmd == "many":
+        return many(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    print(__doc__, file=sys.stderr)
+    return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())
