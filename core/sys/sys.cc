@@ -4,6 +4,8 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cerrno>
+#include <climits>
 
 namespace rdmashim::sys {
 namespace {
@@ -101,6 +103,23 @@ void init(Source source) {
 const Table& real() {
   pthread_once(&g_once, resolve_all);
   return g_table;
+}
+
+int epoll_wait_ts(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
+  static std::atomic<bool> no_pwait2{false};
+  const Table& t = real();
+  if (t.epoll_pwait2 && !no_pwait2.load(std::memory_order_relaxed)) {
+    int r = t.epoll_pwait2(epfd, ev, max, ts, mask);
+    if (r >= 0 || errno != ENOSYS) return r;
+    no_pwait2.store(true, std::memory_order_relaxed);
+  }
+  int ms = -1;
+  if (ts) {
+    long long total = ts->tv_sec > INT_MAX / 1000 ? INT_MAX
+                                                  : static_cast<long long>(ts->tv_sec) * 1000 + (ts->tv_nsec + 999'999) / 1'000'000;
+    ms = total > INT_MAX ? INT_MAX : static_cast<int>(total);
+  }
+  return t.epoll_pwait(epfd, ev, max, ms, mask);
 }
 
 }  // namespace rdmashim::sys
