@@ -258,6 +258,14 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
   stats::Outcome failure = stats::Outcome::kTcpPolicy;
   const Config& cfg = config();
   bool allowed = upgrades_allowed() && cfg.transport != TransportChoice::kTcp;
+  // A Hello from another protocol version (or asking for what we do not
+  // know) gets a negative Ack: both stay on TCP, never on a guessed layout.
+  if (allowed && !wire::hello_understood(hello)) {
+    RDMASHIM_DEBUG("fd %d: Hello version %u flags %#x not understood: staying on TCP", fd(), hello.version,
+                   hello.flags);
+    allowed = false;
+    failure = stats::Outcome::kTcpSetupFailed;
+  }
   // Verbs when the client offers it and shared memory is not the better
   // choice (a peer on another host offers only verbs).
   bool want_verbs = allowed && params && (hello.transports & wire::kTransportVerbs) &&
