@@ -538,10 +538,10 @@ int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout, const sigset_t*
 
 int epoll_pwait2(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set || max <= 0 || !ev || bad_timespec(ts)) {
-    if (!real().epoll_pwait2) return errno = ENOSYS, -1;  // a libc without it: as an old kernel
-    return real().epoll_pwait2(epfd, ev, max, ts, mask);
-  }
+  // A kernel (or libc) without the call says ENOSYS to the application as
+  // it would without us; our own waits fall back to epoll_pwait.
+  if (sys::epoll_pwait2_missing()) return errno = ENOSYS, -1;
+  if (!set || max <= 0 || !ev || bad_timespec(ts)) return real().epoll_pwait2(epfd, ev, max, ts, mask);
   return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ts(ts), mask);
 }
 

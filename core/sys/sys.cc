@@ -105,14 +105,23 @@ const Table& real() {
   return g_table;
 }
 
+bool epoll_pwait2_missing() {
+  // Asked once with a descriptor no kernel accepts: EBADF where the call exists.
+  static const bool missing = [] {
+    const Table& t = real();
+    if (!t.epoll_pwait2) return true;
+    int saved = errno;
+    epoll_event ev;
+    bool m = t.epoll_pwait2(-1, &ev, 1, nullptr, nullptr) < 0 && errno == ENOSYS;
+    errno = saved;
+    return m;
+  }();
+  return missing;
+}
+
 int epoll_wait_ts(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
-  static std::atomic<bool> no_pwait2{false};
   const Table& t = real();
-  if (t.epoll_pwait2 && !no_pwait2.load(std::memory_order_relaxed)) {
-    int r = t.epoll_pwait2(epfd, ev, max, ts, mask);
-    if (r >= 0 || errno != ENOSYS) return r;
-    no_pwait2.store(true, std::memory_order_relaxed);
-  }
+  if (!epoll_pwait2_missing()) return t.epoll_pwait2(epfd, ev, max, ts, mask);
   int ms = -1;
   if (ts) {
     long long total = ts->tv_sec > INT_MAX / 1000 ? INT_MAX

@@ -8,7 +8,8 @@
 //                                      one connection at a time, until killed
 //   hello_edge client PORT PID TIMEOUT_MS   plain client: runs every case against
 //                                      server PID, prints figures, exit 1 on a failed check
-//   hello_edge control PORT            one echo round trip (run under rdmashim: it upgrades)
+//   hello_edge control PORT [close-range]  one echo round trip (run under rdmashim: it
+//                                      upgrades); close-range: see run_control
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -22,6 +23,8 @@
 #include <sys/socket.h>
 #include <time.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <string>
 #include <vector>
@@ -237,14 +240,34 @@ int run_client(int port, int pid, double timeout_ms) {
   return failed ? 1 : 0;
 }
 
-int run_control(int port) {
+bool round_trip(int fd, const char* msg, size_t len) {
+  if (write(fd, msg, len) != static_cast<ssize_t>(len)) return false;
+  std::vector<unsigned char> got;
+  return read_echo(fd, len, 5000, &got) >= 0 && memcmp(got.data(), msg, len) == 0;
+}
+
+// `close_range`: between two round trips the connection's descriptor is
+// passed to close_range(), which must fail with ENOSYS (run under
+// seccomp_run --enosys close_range, as on a kernel before 5.9) and leave
+// the connection working.
+int run_control(int port, bool close_range_enosys) {
   int fd = connect_to(port);
   const char msg[] = "control";
-  if (write(fd, msg, sizeof msg) != static_cast<ssize_t>(sizeof msg)) die("write");
-  std::vector<unsigned char> got;
-  if (read_echo(fd, sizeof msg, 5000, &got) < 0 || memcmp(got.data(), msg, sizeof msg) != 0) {
+  if (!round_trip(fd, msg, sizeof msg)) {
     printf("FAIL control: no echo\n");
     return 1;
+  }
+  if (close_range_enosys) {
+    int r = close_range(static_cast<unsigned>(fd), static_cast<unsigned>(fd), 0);
+    if (r != -1 || errno != ENOSYS) {
+      printf("FAIL control: close_range returned %d (%s), expected ENOSYS\n", r, strerror(errno));
+      return 1;
+    }
+    const char again[] = "still here after close_range";
+    if (!round_trip(fd, again, sizeof again)) {
+      printf("FAIL control: the connection broke after a failed close_range\n");
+      return 1;
+    }
   }
   close(fd);
   printf("ok control\n");
@@ -257,8 +280,10 @@ int main(int argc, char** argv) {
   std::string mode = argc > 1 ? argv[1] : "";
   if (mode == "server" && argc == 4) return run_server(argv[2], argv[3]);
   if (mode == "client" && argc == 5) return run_client(atoi(argv[2]), atoi(argv[3]), atof(argv[4]));
-  if (mode == "control" && argc == 3) return run_control(atoi(argv[2]));
+  if (mode == "control" && (argc == 3 || (argc == 4 && strcmp(argv[3], "close-range") == 0))) {
+    return run_control(atoi(argv[2]), argc == 4);
+  }
   fprintf(stderr,
-          "usage: hello_edge server MODEL PORTFILE | client PORT PID TIMEOUT_MS | control PORT\n");
+          "usage: hello_edge server MODEL PORTFILE | client PORT PID TIMEOUT_MS | control PORT [close-range]\n");
   return 2;
 }
