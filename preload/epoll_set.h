@@ -56,6 +56,7 @@ struct EpollSet {
 // (defined in hooks_epoll.cc). `depth` counts the nesting of sets.
 bool has_regs(EpollSet& s);
 short set_events(EpollSet& s, short want, short kernel, int depth);
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth);
+// arm_all also brings `wake` forward to the earliest handshake prefix deadline.
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth, int64_t& wake);
 
 }  // namespace rdmashim::preload

@@ -410,13 +410,15 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
 
     // Sleep on the kernel's list (plain descriptors, our tagged sockets'
     // TCP sides, the doorbells), then merge as above.
+    // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
     std::vector<Ref> armed;
-    bool ready = arm_all(set, epfd, armed, 1);
+    int64_t wake = dl;
+    bool ready = arm_all(set, epfd, armed, 1, wake);
     int n = 0, err = 0;
     if (!ready) {
-      int64_t sleep_dl = release_before_sleep(dl);
+      int64_t sleep_dl = release_before_sleep(wake);
       timespec t = ts_left(sleep_dl);
-      n = real().epoll_pwait2(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
+      n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
     for (auto& a : armed) a->conn->disarm();
@@ -460,16 +462,17 @@ short set_events(EpollSet& s, short want, short kernel, int depth) {
 
 // Arms every upgraded registration (adding its doorbell to the kernel set
 // once), inner sets' included; returns true if one turned ready meanwhile.
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth) {
+bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth, int64_t& wake) {
   std::lock_guard<std::mutex> lock(set.mu);
   bool ready = false;
   for (auto& r : set.regs) {
     if (r->disabled) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1)) ready = true;
+      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1, wake)) ready = true;
       continue;
     }
     Connection& c = *r->entry->conn;
+    wake = earliest(wake, c.prefix_deadline());
     if (!c.on_ring()) continue;
     if (!r->doorbell_added) {
       epoll_event k{};
@@ -542,9 +545,10 @@ int epoll_pwait(int epfd, epoll_event* ev, int max, int timeout, const sigset_t*
 
 int epoll_pwait2(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set || max <= 0 || !ev || bad_timespec(ts)) {
-    return real().epoll_pwait2(epfd, ev, max, ts, mask);
-  }
+  // A kernel (or libc) without the call says ENOSYS to the application as
+  // it would without us; our own waits fall back to epoll_pwait.
+  if (sys::epoll_pwait2_missing()) return errno = ENOSYS, -1;
+  if (!set || max <= 0 || !ev || bad_timespec(ts)) return real().epoll_pwait2(epfd, ev, max, ts, mask);
   return epoll_wait_mixed(*set, epfd, ev, max, deadline_from_ts(ts), mask);
 }
 

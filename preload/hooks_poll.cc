@@ -82,14 +82,16 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     // kernel descriptors and the doorbells together. Those still in the
     // handshake wake the kernel wait by their TCP bytes; an epoll set of
     // ours by its own descriptor (its doorbells are registered in it).
+    // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
     std::vector<Ref> armed;
     bool ready = false;
+    int64_t wake = dl;
     for (size_t j = 0; j < vidx.size(); ++j) {
       const Ref& v = virt[vidx[j]];
       k[nfds + j] = {-1, POLLIN, 0};
       if (v->epoll) {
-        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1) || ready;
-      } else if (v->conn->on_ring()) {
+        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
+      } else if (wake = earliest(wake, v->conn->prefix_deadline()); v->conn->on_ring()) {
         v->conn->arm();
         armed.push_back(share(v.get()));
         k[nfds + j].fd = v->conn->doorbell();
@@ -98,7 +100,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     int r = 0, err = 0;
     if (!ready) {
-      int64_t sleep_dl = release_before_sleep(dl);
+      int64_t sleep_dl = release_before_sleep(wake);
       if (use_ppoll) {
         timespec t = ts_left(sleep_dl);
         r = sys.ppoll(k.data(), k.size(), sleep_dl == kForever ? nullptr : &t, mask);

@@ -13,6 +13,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdarg>
@@ -290,8 +291,16 @@ int close_range(unsigned int first, unsigned int last, int flags) {
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "close_range"));
   auto call = [&] { return next ? next(first, last, flags) : static_cast<int>(syscall(SYS_close_range, first, last, flags)); };
   // Only a plain close of a valid range forgets names; anything else (CLOEXEC,
-  // bad arguments) closes nothing we track.
-  if (first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
+  // bad arguments) closes nothing we track. Nor does a kernel before 5.9
+  // (ENOSYS): asked once with an empty range, which a kernel that has the
+  // call refuses with EINVAL.
+  static const bool missing = [] {
+    int saved = errno;
+    bool m = syscall(SYS_close_range, 1U, 0U, 0) < 0 && errno == ENOSYS;
+    errno = saved;
+    return m;
+  }();
+  if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
   std::vector<Entry*> gone = forget_range(first, last);
   int r = call();
   for (Entry* e : gone) release_after_close(e);
@@ -413,14 +422,22 @@ int sockatmark(int fd) {
 int getpeername(int fd, sockaddr* addr, socklen_t* len) { return real().getpeername(fd, addr, len); }
 int getsockname(int fd, sockaddr* addr, socklen_t* len) { return real().getsockname(fd, addr, len); }
 int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
-  return real().getsockopt(fd, level, name, val, len);
+  int r = real().getsockopt(fd, level, name, val, len);
+  if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT) {
+    // Raised by us while a handshake prefix waits: the application sees its own.
+    if (Ref e = table().get(fd); e && e->conn) {
+      int v = e->conn->app_rcvlowat();
+      if (v >= 0) memcpy(val, &v, std::min<size_t>(*len, sizeof v));
+    }
+  }
+  return r;
 }
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
   int r = real().setsockopt(fd, level, name, val, len);
   if (r == 0 && level == SOL_SOCKET) {  // SO_RCVLOWAT, SO_RCVTIMEO(_NEW), SO_SNDTIMEO(_NEW), ...
     int saved = errno;
     if (Ref e = table().get(fd); e && e->conn) {
-      e->conn->rcvlowat_changed();
+      if (name == SO_RCVLOWAT) e->conn->rcvlowat_changed();
       e->conn->timeouts_changed();
     }
     errno = saved;

@@ -22,6 +22,11 @@ bool expired(int64_t dl);
 int ms_left(int64_t dl);
 timespec ts_left(int64_t dl);
 bool bad_timespec(const timespec* ts);
+// The earlier of a deadline and a connection's prefix deadline (0: none).
+inline int64_t earliest(int64_t dl, uint64_t prefix) {
+  if (prefix == 0) return dl;
+  return dl == kForever || static_cast<int64_t>(prefix) < dl ? static_cast<int64_t>(prefix) : dl;
+}
 
 // About to sleep: idle elastic rings of this process give pages back
 // (Connection::release_idle_memory). Returns the deadline to sleep until:

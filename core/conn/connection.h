@@ -125,8 +125,15 @@ class Connection {
   // unread, they would make the kernel answer the close with RST.
   void drain_before_close();
 
-  // SO_RCVLOWAT changed on the socket: re-read it from the kernel when needed.
-  void rcvlowat_changed() { rcvlowat_.store(-1, std::memory_order_relaxed); }
+  // SO_RCVLOWAT changed on the socket: re-read it from the kernel when needed
+  // (and, while we raise it for a pending prefix, remember it and raise again).
+  void rcvlowat_changed();
+  // While a prefix is pending SO_RCVLOWAT is ours: the application's value, or -1.
+  int app_rcvlowat() const { return app_lowat_.load(std::memory_order_relaxed); }
+  // A true prefix of a Hello (or Ack) is waiting for the rest: the now_ns()
+  // at which its bytes become the application's; 0 when none. A waiter must
+  // not sleep past it (poll_events reports POLLIN once it passed).
+  uint64_t prefix_deadline() const { return prefix_deadline_ns_.load(std::memory_order_relaxed); }
   // The preload saw O_NONBLOCK (fcntl F_SETFL, FIONBIO) or SO_RCVTIMEO /
   // SO_SNDTIMEO change: ask the kernel again next time.
   void file_flags_changed() { nonblock_.store(-1, std::memory_order_relaxed); }
@@ -195,6 +202,8 @@ class Connection {
   bool abort_if_data_after_shutdown();      // data after SHUT_RDWR: reset, as TCP does
   int peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
+  int wait_prefix(size_t have, bool block);
+  void end_prefix();
   int detect_hello(int flags, bool may_wait);
   int await_ack(int flags, bool may_wait);
   int read_frame_bytes(int flags);
@@ -303,6 +312,14 @@ class Connection {
   mutable std::atomic<int> nonblock_{-1};
   mutable std::atomic<int64_t> rcvtimeo_ns_{-1}, sndtimeo_ns_{-1};  // 0: none
   std::atomic<int> rcvlowat_{-1};          // SO_RCVLOWAT; -1: ask the kernel
+  // A pending prefix (see prefix_deadline()). SO_RCVLOWAT is raised past it so
+  // the kernel wakes nobody until more bytes (or FIN) arrive; lowat_mu_ guards
+  // raising, restoring and the application's own setsockopt meanwhile.
+  std::atomic<uint64_t> prefix_deadline_ns_{0};
+  std::mutex lowat_mu_;
+  std::atomic<int> app_lowat_{-1};         // the application's SO_RCVLOWAT while raised; -1: not raised
+  int raised_lowat_ = 0;                   // lowat_mu_: what the kernel has
+  int prefix_need_ = 1;                    // lowat_mu_: the prefix's bytes + 1
   std::atomic<uint64_t> shut_tail_{UINT64_MAX};  // peer's tail when both directions were shut
   std::atomic<bool> aborted_{false};       // we reset the connection (data after SHUT_RDWR)
   bool abort_reported_ = false;            // rx_mu_: ECONNRESET handed out once

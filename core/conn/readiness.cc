@@ -98,8 +98,12 @@ void Connection::ping_if_due() {
 
 short Connection::poll_events(short want, short kernel) {
   if (orphaned_) return static_cast<short>((POLLERR | POLLHUP | (want & (POLLIN | POLLOUT))));
-  if ((kernel & POLLIN) && !rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
-    kernel = consume_setup_bytes(kernel);
+  if (!rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
+    // A pending prefix keeps the kernel quiet (SO_RCVLOWAT) until its deadline:
+    // then its bytes are the application's, so look as if they just came.
+    uint64_t due = prefix_deadline_ns_.load(std::memory_order_relaxed);
+    if (due != 0 && !(kernel & POLLIN) && now_ns() >= due) kernel |= POLLIN;
+    if (kernel & POLLIN) kernel = consume_setup_bytes(kernel);
   }
   short ev = kernel & (POLLERR | POLLHUP | POLLNVAL);
   if (!rx_ring_.load(std::memory_order_acquire)) {

@@ -4,6 +4,8 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <cerrno>
+#include <climits>
 
 namespace rdmashim::sys {
 namespace {
@@ -101,6 +103,32 @@ void init(Source source) {
 const Table& real() {
   pthread_once(&g_once, resolve_all);
   return g_table;
+}
+
+bool epoll_pwait2_missing() {
+  // Asked once with a descriptor no kernel accepts: EBADF where the call exists.
+  static const bool missing = [] {
+    const Table& t = real();
+    if (!t.epoll_pwait2) return true;
+    int saved = errno;
+    epoll_event ev;
+    bool m = t.epoll_pwait2(-1, &ev, 1, nullptr, nullptr) < 0 && errno == ENOSYS;
+    errno = saved;
+    return m;
+  }();
+  return missing;
+}
+
+int epoll_wait_ts(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask) {
+  const Table& t = real();
+  if (!epoll_pwait2_missing()) return t.epoll_pwait2(epfd, ev, max, ts, mask);
+  int ms = -1;
+  if (ts) {
+    long long total = ts->tv_sec > INT_MAX / 1000 ? INT_MAX
+                                                  : static_cast<long long>(ts->tv_sec) * 1000 + (ts->tv_nsec + 999'999) / 1'000'000;
+    ms = total > INT_MAX ? INT_MAX : static_cast<int>(total);
+  }
+  return t.epoll_pwait(epfd, ev, max, ms, mask);
 }
 
 }  // namespace rdmashim::sys

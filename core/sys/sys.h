@@ -77,4 +77,12 @@ void init(Source source);
 // from another library's constructor before ours ran.
 const Table& real();
 
+// Waits on an epoll set with a nanosecond timeout (nullptr: forever):
+// epoll_pwait2 where the kernel (5.11+) and libc have it, else epoll_pwait
+// with the timeout rounded up to whole milliseconds so it never returns
+// early.
+int epoll_wait_ts(int epfd, epoll_event* ev, int max, const timespec* ts, const sigset_t* mask);
+// The kernel (before 5.11) or libc lacks epoll_pwait2; probed once.
+bool epoll_pwait2_missing();
+
 }  // namespace rdmashim::sys

@@ -38,7 +38,10 @@ enum TransportBits : uint32_t {
 // Client's opening message.
 //  0  magic[8]       kHelloMagic
 //  8  version        u16
-// 10  flags          u16 (0)
+// 10  flags          u16 kHelloFlag* bits; 0 in version 1. The low byte holds
+//                    bits a server must understand to upgrade (an unknown one:
+//                    negative Ack, as for an unknown version); the high byte
+//                    optional hints a server may ignore.
 // 12  transports     u32 TransportBits the client can use
 // 16  nonce[16]      random; echoed in Ack so app bytes can never pass for an Ack
 // 32  rendezvous[16] random name of the client's one-shot abstract unix socket
@@ -54,6 +57,14 @@ struct Hello {
   unsigned char reserved[16];
 };
 static_assert(sizeof(Hello) == 64);
+constexpr uint16_t kHelloFlagsMustUnderstand = 0x00FF;
+constexpr uint16_t kHelloFlagsKnown = 0;  // none defined yet
+
+// Whether a server of this version may upgrade for this Hello; if not it
+// answers with a negative Ack (version 1 layout) and both stay on TCP.
+inline bool hello_understood(const Hello& h) {
+  return h.version == kVersion && (h.flags & kHelloFlagsMustUnderstand & ~kHelloFlagsKnown) == 0;
+}
 static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) == 32);
 
 // Server's answer to a Hello it saw before its application spoke.

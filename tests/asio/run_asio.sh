@@ -5,7 +5,7 @@
 # else was reported).
 #
 # usage: run_asio.sh plain|preload [asio_test options...]
-# env:   RDMASHIM_BUILD (the build folder)
+# env:   RDMASHIM_BUILD (the build folder), ASIO_WRAP (a command prefix)
 set -euo pipefail
 
 mode=$1
@@ -23,8 +23,8 @@ fail() {
   exit 1
 }
 
-prefix=()
-[ "$mode" = preload ] && prefix=("$bin/rdmashim" run --log info --)
+read -r -a prefix <<<"${ASIO_WRAP:-}"  # e.g. an older kernel: "seccomp_run --enosys epoll_pwait2 --"
+[ "$mode" = preload ] && prefix+=("$bin/rdmashim" run --log info --)
 rc=0
 timeout -k 5 180 "${prefix[@]}" "$bin/asio_test" "$@" >"$work/out" 2>"$work/err" || rc=$?
 [ "$rc" = 0 ] || fail "asio_test exited with $rc"

@@ -13,6 +13,8 @@
 #   --keep DIR:   keep every transcript and stderr in DIR/NAME/
 # env: RDMASHIM_BUILD (the build folder; default: ../../build from here)
 #      DIFF_RUN_TIMEOUT (seconds per run, default 30)
+#      DIFF_WRAP (a command prefix for both sides, e.g. an older kernel:
+#                 "seccomp_run --enosys epoll_pwait2 --")
 set -uo pipefail
 
 here=$(cd "$(dirname "$0")" && pwd)
@@ -28,7 +30,7 @@ while [ $# -gt 0 ]; do
     --repeat) repeat=$2; shift 2 ;;
     --plain-only) plain_only=1; shift ;;
     --keep) keep=$2; shift 2 ;;
-    -h|--help) sed -n '2,16p' "$0"; exit 0 ;;
+    -h|--help) sed -n '2,18p' "$0"; exit 0 ;;
     *) names+=("$1"); shift ;;
   esac
 done
@@ -42,9 +44,10 @@ fi
 exe_for() { case $1 in fortify_*) echo "${bin}_fortify" ;; *) echo "$bin" ;; esac; }
 
 # Runs one side: $1 = out prefix, rest = command. Records the exit code.
+read -r -a wrap <<<"${DIFF_WRAP:-}"
 run_side() {
   local out=$1; shift
-  timeout -k 5 "$run_timeout" "$@" >"$out.out" 2>"$out.err"
+  timeout -k 5 "$run_timeout" "${wrap[@]}" "$@" >"$out.out" 2>"$out.err"
   echo $? >"$out.rc"
 }
 

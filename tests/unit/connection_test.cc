@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "conn/connection.h"
+#include "shm/rendezvous.h"
 #include "wire/wire.h"
 
 namespace rdmashim {
@@ -272,6 +273,94 @@ TEST(Connection, GarbageFromARdmashimPeerIsAResetNotACrash) {
   ASSERT_EQ(write(t.client, junk, sizeof junk), 8);
   char buf[8];
   EXPECT_EQ(recv_some(*server, buf, sizeof buf), -ECONNRESET);
+}
+
+// A Hello this server does not understand (another version, or a flag it
+// must know) is answered with a negative Ack: nothing upgrades, and after
+// the client's Plain both directions carry the application's bytes as TCP.
+void expect_negative_ack_for(uint16_t version, uint16_t flags, const char* outcome) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  wire::Hello h{};
+  memcpy(h.magic, wire::kHelloMagic, 8);
+  h.version = version;
+  h.flags = flags;
+  h.transports = wire::kTransportShm;
+  memset(h.nonce, 0x33, sizeof h.nonce);
+  // A live rendezvous, as a real client has: only the version check stands
+  // between this Hello and an offer of shared memory.
+  UniqueFd rendezvous = shm::open_rendezvous(h.rendezvous);
+  ASSERT_TRUE(rendezvous);
+  ASSERT_EQ(write(t.client, &h, sizeof h), 64);
+  const wire::FrameHeader plain{0, static_cast<uint16_t>(wire::FrameType::kPlain), 0};
+  ASSERT_EQ(write(t.client, &plain, sizeof plain), static_cast<ssize_t>(sizeof plain));
+  ASSERT_EQ(write(t.client, "ping", 4), 4);
+  char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "ping", 4), 0);
+  EXPECT_STREQ(server->transport_name(), outcome);
+  wire::Ack ack{};
+  ASSERT_EQ(recv(t.client, &ack, sizeof ack, MSG_WAITALL), static_cast<ssize_t>(sizeof ack));
+  EXPECT_EQ(memcmp(ack.magic, wire::kAckMagic, 8), 0);
+  EXPECT_EQ(ack.version, wire::kVersion);
+  EXPECT_EQ(ack.transport, 0) << "version " << version << " flags " << flags;
+  EXPECT_EQ(memcmp(ack.nonce, h.nonce, sizeof ack.nonce), 0);
+  ASSERT_EQ(send_all(*server, "pong", 4), 4);  // raw after a negative Ack
+  ASSERT_EQ(recv(t.client, buf, 4, MSG_WAITALL), 4);
+  EXPECT_EQ(memcmp(buf, "pong", 4), 0);
+}
+
+TEST(Connection, HelloOfAnUnknownVersionGetsANegativeAck) {
+  expect_negative_ack_for(wire::kVersion + 1, 0, "tcp:setup-failed");
+  expect_negative_ack_for(0, 0, "tcp:setup-failed");
+}
+
+TEST(Connection, HelloWithAnUnknownMustUnderstandFlagGetsANegativeAck) {
+  expect_negative_ack_for(wire::kVersion, 0x0001, "tcp:setup-failed");
+  expect_negative_ack_for(wire::kVersion, 0x0080, "tcp:setup-failed");
+}
+
+TEST(Connection, HelloWithOnlyOptionalFlagsStillUpgrades) {
+  wire::Hello h{};
+  memcpy(h.magic, wire::kHelloMagic, 8);
+  h.version = wire::kVersion;
+  h.flags = 0x8100;  // hints a server may ignore
+  EXPECT_TRUE(wire::hello_understood(h));
+  h.flags = 0x0002;
+  EXPECT_FALSE(wire::hello_understood(h));
+}
+
+// A plain client that stalls after a true prefix of the magic: its bytes are
+// its own after the setup timeout (default 2 s), the wait sleeps, and the
+// socket's SO_RCVLOWAT is the application's again afterwards.
+TEST(Connection, StalledPrefixOfTheMagicIsDeliveredAfterTheSetupTimeout) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  const unsigned char prefix[] = {0xFF, 'r', 'd', 'm'};
+  ASSERT_EQ(write(t.client, prefix, sizeof prefix), 4);
+  unsigned char buf[8];
+  ASSERT_EQ(recv_some(*server, buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  EXPECT_NE(server->prefix_deadline(), 0u);
+  int lowat = 0;
+  socklen_t len = sizeof lowat;
+  ASSERT_EQ(getsockopt(t.server, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len), 0);
+  EXPECT_EQ(lowat, 5);  // the kernel wakes nobody before one more byte
+  EXPECT_EQ(server->app_rcvlowat(), 1);
+  timespec c0, w0, c1, w1;
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c0);
+  clock_gettime(CLOCK_MONOTONIC, &w0);
+  ASSERT_EQ(recv_some(*server, buf, sizeof buf), 4);  // blocking: waits out the deadline
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &c1);
+  clock_gettime(CLOCK_MONOTONIC, &w1);
+  EXPECT_EQ(memcmp(buf, prefix, 4), 0);
+  EXPECT_TRUE(server->passthrough());
+  double wall = (w1.tv_sec - w0.tv_sec) + (w1.tv_nsec - w0.tv_nsec) / 1e9;
+  double cpu = (c1.tv_sec - c0.tv_sec) + (c1.tv_nsec - c0.tv_nsec) / 1e9;
+  EXPECT_GT(wall, 1.0);
+  EXPECT_LT(cpu, 0.02 * wall) << "the wait must sleep, not spin";
+  ASSERT_EQ(getsockopt(t.server, SOL_SOCKET, SO_RCVLOWAT, &lowat, &len), 0);
+  EXPECT_EQ(lowat, 1);
+  EXPECT_EQ(server->prefix_deadline(), 0u);
 }
 
 // A client's Hello offering verbs, with its Params frame, as a remote
