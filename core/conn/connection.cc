@@ -21,6 +21,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/schedule.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -107,6 +108,7 @@ void Connection::update_passthrough() {
 
 void Connection::drain_before_close() {
   if (orphaned_) return;  // the TCP side's frames are the parent's
+  RDMASHIM_SCHED_POINT(kCloseDrain);
   flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
@@ -155,6 +157,7 @@ int Connection::shutdown(int how) {
     if (tx_ == Tx::kRing) {
       flush_tx();  // the Close frame and the FIN must not overtake the data
       uint64_t pos = ring_->tx_position();
+      RDMASHIM_SCHED_POINT(kShutdownSendClose);
       if (!close_sent_) close_sent_ = send_control(wire::FrameType::kClose, &pos, sizeof pos) == 0;
     } else if (tx_ == Tx::kUndecided) {
       tx_ = Tx::kRaw;
@@ -169,6 +172,7 @@ int Connection::shutdown(int how) {
       shut_tail_.load(std::memory_order_relaxed) == UINT64_MAX) {
     shut_tail_.store(ring_->link().peer_tail(), std::memory_order_release);
   }
+  RDMASHIM_SCHED_POINT(kShutdownFin);
   int r = sys::real().shutdown(fd_, how);
   return r == 0 ? 0 : -errno;
 }

@@ -16,6 +16,7 @@
 #include "util/iov.h"
 #include "util/misc.h"
 #include "util/user_copy.h"
+#include "util/schedule.h"
 
 namespace rdmashim {
 namespace {
@@ -144,11 +145,13 @@ int Connection::read_frame(int flags) {
       return 1;
     case wire::FrameType::kSwitch:
       if (!ring_) return broken("switch without a transport");
+      RDMASHIM_SCHED_POINT(kSwitchReceived);
       transport_->mark_switched(Transport::Dir::kRx);
       rx_ = Rx::kRing;
       rx_ring_.store(true, std::memory_order_release);
       return 1;
     case wire::FrameType::kPlain: {
+      RDMASHIM_SCHED_POINT(kPlainReceived);
       auto tx = lock_tx_for_handler();
       on_peer_plain();
       return 1;

@@ -22,6 +22,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/process.h"
+#include "util/schedule.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -78,6 +79,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
   static_assert(sizeof msg == wire::kMaxHandshakeMessage);
   // A fresh connection's send buffer is empty: the message goes out whole or
   // not at all. Not at all means we stay plain having sent nothing.
+  RDMASHIM_SCHED_POINT(kHandshakeSendHello);
   ssize_t n = sys::real().send(fd, &msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0 && n < static_cast<ssize_t>(len)) {
     n = send_all(fd, reinterpret_cast<char*>(&msg) + n, len - n) == 0 ? static_cast<ssize_t>(len) : -1;
@@ -154,6 +156,7 @@ int Connection::detect_hello(int flags, bool may_wait) {
   size_t len = 0;
   int r = peek_message(wire::kHelloMagic, hello_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
+  RDMASHIM_SCHED_POINT(kHandshakeDetectHello);
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   if (r == 0) {  // a plain client: everything stays as it is
@@ -229,6 +232,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
+  RDMASHIM_SCHED_POINT(kHandshakeSendAck);
   if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
     tx_ = Tx::kRaw;
@@ -236,6 +240,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     settle(stats::Outcome::kTcpSetupFailed);
     return;
   }
+  RDMASHIM_SCHED_POINT(kHandshakeAckSent);
   if (transport_) {
     tx_ = Tx::kFramed;  // until the client has attached; see advance_tx()
     settle(ack.transport == wire::kTransportVerbs ? stats::Outcome::kVerbs : stats::Outcome::kShm);
@@ -250,6 +255,7 @@ int Connection::await_ack(int flags, bool may_wait) {
   size_t len = 0;
   int r = peek_message(wire::kAckMagic, ack_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
+  RDMASHIM_SCHED_POINT(kHandshakeAwaitAck);
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   wire::Ack ack;
@@ -278,6 +284,7 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   int err = -EPROTO;
   stats::Outcome ok = stats::Outcome::kShm;
+  RDMASHIM_SCHED_POINT(kHandshakeAttach);
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
     if (t) adopt(std::move(t));
@@ -362,7 +369,9 @@ void Connection::advance_tx() {
   }
   if (tx_want_ == TxWant::kNone) return;
   wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
+  RDMASHIM_SCHED_POINT(kSwitchSend);
   if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
+  RDMASHIM_SCHED_POINT(kSwitchSent);
   tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
   if (tx_ == Tx::kRing) {
     transport_->mark_switched(Transport::Dir::kTx);

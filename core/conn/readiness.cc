@@ -13,6 +13,7 @@
 #include "util/misc.h"
 #include "util/signals.h"
 #include "util/spin.h"
+#include "util/schedule.h"
 
 namespace rdmashim {
 
@@ -48,6 +49,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     cpu_relax();
   }
   link.prepare_sleep();
+  RDMASHIM_SCHED_POINT(kWaitArmed);
   if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
     link.finish_sleep();
     return 0;
@@ -126,6 +128,7 @@ short Connection::poll_events(short want, short kernel) {
 // application's bytes, and report POLLIN only if its read will find some.
 // Never blocks: if another thread holds a lock, it is settling this itself.
 short Connection::consume_setup_bytes(short kernel) {
+  RDMASHIM_SCHED_POINT(kReadinessConsume);
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return kernel;
   std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
