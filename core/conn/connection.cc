@@ -149,16 +149,16 @@ void Connection::flush_tx() {
 int Connection::shutdown(int how) {
   if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return -EINVAL;
   if (how != SHUT_RD) {
-    // Wake a writer of ours blocked on a full ring, then tell the peer where
-    // our stream ends before the FIN.
+    // Wake a writer of ours blocked on a full ring. The FIN alone ends the
+    // stream, as for close(): no Close frame, because the peer may already
+    // have read all it wanted and closed, and bytes landing on its closed
+    // socket make its kernel answer with RST (our shutdown() would then fail
+    // with ENOTCONN and our reads see ECONNRESET instead of EOF).
     tx_shut_.store(true, std::memory_order_relaxed);
     wake_self();
     std::lock_guard<std::mutex> tx(tx_mu_);
     if (tx_ == Tx::kRing) {
-      flush_tx();  // the Close frame and the FIN must not overtake the data
-      uint64_t pos = ring_->tx_position();
-      RDMASHIM_SCHED_POINT(kShutdownSendClose);
-      if (!close_sent_) close_sent_ = send_control(wire::FrameType::kClose, &pos, sizeof pos) == 0;
+      flush_tx();  // the FIN must not overtake the data
     } else if (tx_ == Tx::kUndecided) {
       tx_ = Tx::kRaw;
     }

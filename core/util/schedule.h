@@ -2,7 +2,7 @@
 // (tests/interleave/). With RDMASHIM_TEST_SCHEDULE=<seed> every
 // RDMASHIM_SCHED_POINT(kName) does, chosen by a PRNG seeded by that seed and
 // the thread's ordinal in its process: nothing, sched_yield(), or a sleep of
-// 0-200 us. Unset (the only setting outside tests) a point costs one relaxed
+// 0-200 us (the per-call ring and wait points only one time in eight). Unset (the only setting outside tests) a point costs one relaxed
 // load and a branch predicted not taken; errno is never changed.
 //
 // Each point sits at a step where another thread or the peer may overtake us:
@@ -44,7 +44,6 @@ enum Point : uint8_t {
   kReadinessConsume,  // poll/epoll about to consume our own setup bytes
   kWaitArmed,         // sleeper announced, ring not yet re-checked
   // Shutdown and close (core/conn/connection.cc, preload/hooks_socket.cc).
-  kShutdownSendClose,  // SHUT_WR on a ring: Close frame not sent yet
   kShutdownFin,        // the kernel's shutdown() about to run
   kCloseDrain,         // last close: draining control frames
   kCloseReal,          // last close: the kernel's close() about to run

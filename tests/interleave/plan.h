@@ -180,10 +180,10 @@ inline Plan make_plan(uint64_t seed) {
   }
   c.rx_total = s.tx_total;
   s.rx_total = c.tx_total;
-  // Tiny splits of a long stream would only cost time: at most ~10,000 calls
-  // per direction.
+  // Tiny splits of a long stream would only cost time: about 2,000 calls per
+  // direction at most.
   auto at_least = [](uint32_t split, uint64_t total) {
-    uint64_t need = total / 5000;
+    uint64_t need = total / 1000;
     return need > split ? static_cast<uint32_t>(need) : split;
   };
   for (Side* side : {&c, &s}) {
@@ -195,6 +195,17 @@ inline Plan make_plan(uint64_t seed) {
   if (c.read_eof && s.read_eof) c.shut_wr = s.shut_wr = true;
   p.server_writes_first = !s.writes.empty() && s.writes[0].gate == 0;
   return p;
+}
+
+// Plans that hit a bug known and not fixed yet (README.md, "Known bugs"):
+// the short name of the bug, or nullptr. Seed ranges skip them unless asked
+// to include them; a seed named alone always runs.
+inline const char* known_bug(const Plan& p) {
+  bool both = !p.client.plain && !p.server.plain;
+  // A client that writes and closes without ever reading leaves the server's
+  // Ack unread (or gets it after its close): its kernel resets the connection.
+  if (both && p.client.rx_total == 0 && !p.client.read_eof) return "unread-ack-reset";
+  return nullptr;
 }
 
 inline std::string describe(const Plan& p) {
