@@ -112,6 +112,7 @@ void Connection::drain_before_close() {
   flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
+  discard_unread_handshake();
   while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
     wire::FrameHeader h{};
     ssize_t n = sys::real().recv(fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);

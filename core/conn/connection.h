@@ -178,6 +178,7 @@ class Connection {
   int peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int detect_hello(int flags, bool may_wait);
+  void discard_unread_handshake();
   int await_ack(int flags, bool may_wait);
   int read_frame_bytes(int flags);
   int read_frame(int flags);

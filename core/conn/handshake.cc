@@ -80,6 +80,16 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
   // A fresh connection's send buffer is empty: the message goes out whole or
   // not at all. Not at all means we stay plain having sent nothing.
   RDMASHIM_SCHED_POINT(kHandshakeSendHello);
+  // A server that spoke first (after its grace for a Hello) may already have
+  // closed, e.g. a banner and close: a Hello landing on its closed socket
+  // makes its kernel reset the connection, and we would lose the banner.
+  // Its bytes or FIN already here: stay plain, having sent nothing.
+  char first;
+  if (sys::real().recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+    stats::count(stats::Outcome::kTcpServerSpokeFirst);
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpServerSpokeFirst));
+    return nullptr;
+  }
   ssize_t n = sys::real().send(fd, &msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0 && n < static_cast<ssize_t>(len)) {
     n = send_all(fd, reinterpret_cast<char*>(&msg) + n, len - n) == 0 ? static_cast<ssize_t>(len) : -1;
@@ -150,6 +160,26 @@ bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
   return true;
 }
 }  // namespace
+
+// Rx lock held, at the last close. A side that never read leaves the peer's
+// Hello (a server that wrote first) or Ack (a client that only wrote)
+// unread; closing a socket with unread bytes makes the kernel reset the
+// connection, and the peer loses what it had yet to read. A plain peer's
+// close would have found nothing unread: consume ours if it is all there.
+void Connection::discard_unread_handshake() {
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  bool server = rx_ == Rx::kDetectHello;
+  if (!server && rx_ != Rx::kAwaitAck) return;
+  if (peek_message(server ? wire::kHelloMagic : wire::kAckMagic, server ? hello_extent : ack_extent, msg, &len,
+                   MSG_DONTWAIT, false) != 1) {
+    return;
+  }
+  wire::Ack ack;
+  memcpy(&ack, msg, sizeof ack);
+  if (!server && memcmp(ack.nonce, nonce_, sizeof nonce_) != 0) return;  // application bytes
+  sys::real().recv(fd_, msg, len, MSG_DONTWAIT);
+}
 
 int Connection::detect_hello(int flags, bool may_wait) {
   unsigned char msg[wire::kMaxHandshakeMessage];

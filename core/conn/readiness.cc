@@ -55,18 +55,22 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     return 0;
   }
   // A reader also waits for the TCP side to speak (control frames, FIN, RST).
-  // A writer only listens for errors there: a full ring to a peer whose
-  // socket is gone would never drain, so it pings now and then, and a gone
-  // peer's kernel answers with RST, which poll reports as POLLERR.
-  if (for_write) ping_if_due();
-  short tcp_events = !for_write && !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
+  // A writer listens there for the peer's FIN and errors: a full ring to a
+  // peer whose socket is gone would never drain, so once the peer sent its
+  // FIN (a closed socket always has) it pings now and then, and a gone
+  // peer's kernel answers with RST, which poll reports as POLLERR. Never
+  // before the FIN: a ping landing just after a live peer read all and
+  // closed would make its kernel reset the connection (tests/interleave).
+  bool fin = for_write && peer_wr_shut_.load(std::memory_order_relaxed);
+  if (fin) ping_if_due();
+  short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
   if (dl != kNoDeadline) {
     int64_t left = dl - static_cast<int64_t>(now_ns());
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
-  if (for_write && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  if (fin && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
   int r = sys::real().poll(p, 2, timeout);
   int e = errno;
   link.finish_sleep();
@@ -77,6 +81,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (r == 0 && dl != kNoDeadline && static_cast<int64_t>(now_ns()) >= dl) return -EAGAIN;
   if (for_write) {
     if (p[1].revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
+    if (p[1].revents & POLLRDHUP) peer_wr_shut_.store(true, std::memory_order_relaxed);  // pings from now on
   } else if (p[1].revents) {
     poll_control();
   }
