@@ -166,11 +166,13 @@ bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
 // unread; closing a socket with unread bytes makes the kernel reset the
 // connection, and the peer loses what it had yet to read. A plain peer's
 // close would have found nothing unread: consume ours if it is all there.
+// Only where this process did I/O on it: a parent closing the socket it
+// handed to a child (fork per connection) must leave the Hello to the child.
 void Connection::discard_unread_handshake() {
   unsigned char msg[wire::kMaxHandshakeMessage];
   size_t len = 0;
   bool server = rx_ == Rx::kDetectHello;
-  if (!server && rx_ != Rx::kAwaitAck) return;
+  if ((!server && rx_ != Rx::kAwaitAck) || !io_started_.load(std::memory_order_relaxed)) return;
   if (peek_message(server ? wire::kHelloMagic : wire::kAckMagic, server ? hello_extent : ack_extent, msg, &len,
                    MSG_DONTWAIT, false) != 1) {
     return;
