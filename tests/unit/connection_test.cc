@@ -178,6 +178,31 @@ TEST(Connection, ServerThatSpeaksFirstStripsTheLateHelloAndBothStayPlain) {
   EXPECT_EQ(memcmp(buf, "EHLO x\r\n", 8), 0);
 }
 
+// A server that spoke first and never read must not close with the client's
+// Hello unread: its kernel would reset the connection and the client lose
+// the greeting or see ECONNRESET where EOF is due.
+TEST(Connection, ServerThatOnlyWroteConsumesTheHelloBeforeItsClose) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  std::vector<unsigned char> greeting = pattern(100000, 7);
+  ASSERT_EQ(send_all(*server, greeting.data(), greeting.size()), static_cast<ssize_t>(greeting.size()));
+  EXPECT_STREQ(server->transport_name(), "tcp:server-spoke-first");
+  wire::Hello hello{};
+  memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
+  hello.version = wire::kVersion;
+  hello.transports = wire::kTransportShm;
+  ASSERT_EQ(send(t.client, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+  usleep(10000);
+  server->drain_before_close();
+  close(t.server);
+  t.server = -1;
+  std::vector<unsigned char> got(greeting.size());
+  ASSERT_EQ(recv(t.client, got.data(), got.size(), MSG_WAITALL), static_cast<ssize_t>(got.size()));
+  EXPECT_EQ(got, greeting);
+  char c;
+  EXPECT_EQ(recv(t.client, &c, 1, 0), 0) << strerror(errno);
+}
+
 // The server spoke first (and may have closed, banner and close): a client
 // that sees its bytes before sending the Hello sends none, so a Hello can
 // never land on a closed socket and reset the connection.
