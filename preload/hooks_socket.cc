@@ -27,6 +27,7 @@
 #include "preload.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/schedule.h"
 #include "util/stats.h"
 
 namespace rdmashim::preload {
@@ -136,6 +137,7 @@ Entry* forget_before_close(int fd) {
   if (last_name && e->conn) {
     int saved = errno;
     e->conn->drain_before_close();
+    RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }
   return e;

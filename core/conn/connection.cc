@@ -21,6 +21,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/schedule.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -108,9 +109,11 @@ void Connection::update_passthrough() {
 
 void Connection::drain_before_close() {
   if (orphaned_) return;  // the TCP side's frames are the parent's
+  RDMASHIM_SCHED_POINT(kCloseDrain);
   flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
+  discard_unread_handshake();
   while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
     wire::FrameHeader h{};
     ssize_t n = sys::real().recv(fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
@@ -154,15 +157,16 @@ void Connection::flush_tx() {
 int Connection::shutdown(int how) {
   if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return -EINVAL;
   if (how != SHUT_RD) {
-    // Wake a writer of ours blocked on a full ring, then tell the peer where
-    // our stream ends before the FIN.
+    // Wake a writer of ours blocked on a full ring. The FIN alone ends the
+    // stream, as for close(): no Close frame, because the peer may already
+    // have read all it wanted and closed, and bytes landing on its closed
+    // socket make its kernel answer with RST (our shutdown() would then fail
+    // with ENOTCONN and our reads see ECONNRESET instead of EOF).
     tx_shut_.store(true, std::memory_order_relaxed);
     wake_self();
     std::lock_guard<std::mutex> tx(tx_mu_);
     if (tx_ == Tx::kRing) {
-      flush_tx();  // the Close frame and the FIN must not overtake the data
-      uint64_t pos = ring_->tx_position();
-      if (!close_sent_) close_sent_ = send_control(wire::FrameType::kClose, &pos, sizeof pos) == 0;
+      flush_tx();  // the FIN must not overtake the data
     } else if (tx_ == Tx::kUndecided) {
       tx_ = Tx::kRaw;
     }
@@ -176,6 +180,7 @@ int Connection::shutdown(int how) {
       shut_tail_.load(std::memory_order_relaxed) == UINT64_MAX) {
     shut_tail_.store(ring_->link().peer_tail(), std::memory_order_release);
   }
+  RDMASHIM_SCHED_POINT(kShutdownFin);
   int r = sys::real().shutdown(fd_, how);
   return r == 0 ? 0 : -errno;
 }

@@ -205,6 +205,7 @@ class Connection {
   int wait_prefix(size_t have, bool block);
   void end_prefix();
   int detect_hello(int flags, bool may_wait);
+  void discard_unread_handshake();
   int await_ack(int flags, bool may_wait);
   int read_frame_bytes(int flags);
   int read_frame(int flags);
@@ -294,7 +295,6 @@ class Connection {
   uint64_t peer_final_ = 0;      // ... after this many bytes
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
-  bool close_sent_ = false;
   bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
   uint64_t last_ping_ns_ = 0;
   std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket

@@ -16,6 +16,7 @@
 #include "util/iov.h"
 #include "util/misc.h"
 #include "util/user_copy.h"
+#include "util/schedule.h"
 
 namespace rdmashim {
 namespace {
@@ -144,11 +145,13 @@ int Connection::read_frame(int flags) {
       return 1;
     case wire::FrameType::kSwitch:
       if (!ring_) return broken("switch without a transport");
+      RDMASHIM_SCHED_POINT(kSwitchReceived);
       transport_->mark_switched(Transport::Dir::kRx);
       rx_ = Rx::kRing;
       rx_ring_.store(true, std::memory_order_release);
       return 1;
     case wire::FrameType::kPlain: {
+      RDMASHIM_SCHED_POINT(kPlainReceived);
       auto tx = lock_tx_for_handler();
       on_peer_plain();
       return 1;
@@ -528,10 +531,14 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
         if (w == -EINTR) return done > 0 ? static_cast<ssize_t>(done) : w;
       } else {
         // Growing for a peer whose socket is gone would only delay the
-        // EPIPE a full lap brings (see wait_ring): ask its kernel first.
-        ping_if_due();
-        pollfd p{fd(), 0, 0};
-        if (sys::real().poll(&p, 1, 0) > 0 && (p.revents & POLLERR)) peer_gone_.store(true, std::memory_order_relaxed);
+        // EPIPE a full lap brings (see wait_ring). A gone peer sent its FIN:
+        // only then ask its kernel (a ping draws RST from a closed socket;
+        // pinging a live peer could reset it as it closes: tests/interleave).
+        pollfd p{fd(), POLLRDHUP, 0};
+        if (sys::real().poll(&p, 1, 0) > 0) {
+          if (p.revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
+          else if (p.revents & POLLRDHUP) ping_if_due();
+        }
       }
       if (peer_gone_.load(std::memory_order_relaxed)) return done > 0 ? static_cast<ssize_t>(done) : epipe(flags);
       may_grow = true;

@@ -23,6 +23,7 @@
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/process.h"
+#include "util/schedule.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -80,6 +81,17 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
   static_assert(sizeof msg == wire::kMaxHandshakeMessage);
   // A fresh connection's send buffer is empty: the message goes out whole or
   // not at all. Not at all means we stay plain having sent nothing.
+  RDMASHIM_SCHED_POINT(kHandshakeSendHello);
+  // A server that spoke first (after its grace for a Hello) may already have
+  // closed, e.g. a banner and close: a Hello landing on its closed socket
+  // makes its kernel reset the connection, and we would lose the banner.
+  // Its bytes or FIN already here: stay plain, having sent nothing.
+  char first;
+  if (sys::real().recv(fd, &first, 1, MSG_PEEK | MSG_DONTWAIT) >= 0) {
+    stats::count(stats::Outcome::kTcpServerSpokeFirst);
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpServerSpokeFirst));
+    return nullptr;
+  }
   ssize_t n = sys::real().send(fd, &msg, len, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n > 0 && n < static_cast<ssize_t>(len)) {
     n = send_all(fd, reinterpret_cast<char*>(&msg) + n, len - n) == 0 ? static_cast<ssize_t>(len) : -1;
@@ -218,11 +230,34 @@ bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
 }
 }  // namespace
 
+// Rx lock held, at the last close. A side that never read leaves the peer's
+// Hello (a server that wrote first) or Ack (a client that only wrote)
+// unread; closing a socket with unread bytes makes the kernel reset the
+// connection, and the peer loses what it had yet to read. A plain peer's
+// close would have found nothing unread: consume ours if it is all there.
+// Only where this process did I/O on it: a parent closing the socket it
+// handed to a child (fork per connection) must leave the Hello to the child.
+void Connection::discard_unread_handshake() {
+  unsigned char msg[wire::kMaxHandshakeMessage];
+  size_t len = 0;
+  bool server = rx_ == Rx::kDetectHello;
+  if ((!server && rx_ != Rx::kAwaitAck) || !io_started_.load(std::memory_order_relaxed)) return;
+  if (peek_message(server ? wire::kHelloMagic : wire::kAckMagic, server ? hello_extent : ack_extent, msg, &len,
+                   MSG_DONTWAIT, false) != 1) {
+    return;
+  }
+  wire::Ack ack;
+  memcpy(&ack, msg, sizeof ack);
+  if (!server && memcmp(ack.nonce, nonce_, sizeof nonce_) != 0) return;  // application bytes
+  sys::real().recv(fd_, msg, len, MSG_DONTWAIT);
+}
+
 int Connection::detect_hello(int flags, bool may_wait) {
   unsigned char msg[wire::kMaxHandshakeMessage];
   size_t len = 0;
   int r = peek_message(wire::kHelloMagic, hello_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
+  RDMASHIM_SCHED_POINT(kHandshakeDetectHello);
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   if (r == 0) {  // a plain client: everything stays as it is
@@ -307,6 +342,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
+  RDMASHIM_SCHED_POINT(kHandshakeSendAck);
   if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
     tx_ = Tx::kRaw;
@@ -314,6 +350,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     settle(stats::Outcome::kTcpSetupFailed);
     return;
   }
+  RDMASHIM_SCHED_POINT(kHandshakeAckSent);
   if (transport_) {
     tx_ = Tx::kFramed;  // until the client has attached; see advance_tx()
     settle(ack.transport == wire::kTransportVerbs ? stats::Outcome::kVerbs : stats::Outcome::kShm);
@@ -328,6 +365,7 @@ int Connection::await_ack(int flags, bool may_wait) {
   size_t len = 0;
   int r = peek_message(wire::kAckMagic, ack_extent, msg, &len, flags, may_wait);
   if (r < 0) return r;
+  RDMASHIM_SCHED_POINT(kHandshakeAwaitAck);
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   wire::Ack ack;
@@ -356,6 +394,7 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   int err = -EPROTO;
   stats::Outcome ok = stats::Outcome::kShm;
+  RDMASHIM_SCHED_POINT(kHandshakeAttach);
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
     if (t) adopt(std::move(t));
@@ -440,7 +479,9 @@ void Connection::advance_tx() {
   }
   if (tx_want_ == TxWant::kNone) return;
   wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
+  RDMASHIM_SCHED_POINT(kSwitchSend);
   if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
+  RDMASHIM_SCHED_POINT(kSwitchSent);
   tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
   if (tx_ == Tx::kRing) {
     transport_->mark_switched(Transport::Dir::kTx);

@@ -13,6 +13,7 @@
 #include "util/misc.h"
 #include "util/signals.h"
 #include "util/spin.h"
+#include "util/schedule.h"
 
 namespace rdmashim {
 
@@ -48,25 +49,30 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     cpu_relax();
   }
   link.prepare_sleep();
+  RDMASHIM_SCHED_POINT(kWaitArmed);
   if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
     link.finish_sleep();
     return 0;
   }
   // A reader also waits for the TCP side to speak (control frames, FIN, RST).
-  // A writer only listens for errors there: a full ring to a peer whose
-  // socket is gone would never drain, so it pings now and then, and a gone
-  // peer's kernel answers with RST, which poll reports as POLLERR.
-  if (for_write) ping_if_due();
+  // A writer listens there for the peer's FIN and errors: a full ring to a
+  // peer whose socket is gone would never drain, so once the peer sent its
+  // FIN (a closed socket always has) it pings now and then, and a gone
+  // peer's kernel answers with RST, which poll reports as POLLERR. Never
+  // before the FIN: a ping landing just after a live peer read all and
+  // closed would make its kernel reset the connection (tests/interleave).
+  bool fin = for_write && peer_wr_shut_.load(std::memory_order_relaxed);
+  if (fin) ping_if_due();
   // About to sleep: rings of this process that went idle give pages back.
   uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
-  short tcp_events = !for_write && !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
+  short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
   if (dl != kNoDeadline) {
     int64_t left = dl - static_cast<int64_t>(now_ns());
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
-  if (for_write && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  if (fin && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
   if (release_due != 0) {  // wake when the rate limit lets that release happen
     uint64_t now = now_ns();
     int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);
@@ -82,6 +88,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (r == 0 && dl != kNoDeadline && static_cast<int64_t>(now_ns()) >= dl) return -EAGAIN;
   if (for_write) {
     if (p[1].revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
+    if (p[1].revents & POLLRDHUP) peer_wr_shut_.store(true, std::memory_order_relaxed);  // pings from now on
   } else if (p[1].revents) {
     poll_control();
   }
@@ -137,6 +144,7 @@ short Connection::poll_events(short want, short kernel) {
 // application's bytes, and report POLLIN only if its read will find some.
 // Never blocks: if another thread holds a lock, it is settling this itself.
 short Connection::consume_setup_bytes(short kernel) {
+  RDMASHIM_SCHED_POINT(kReadinessConsume);
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return kernel;
   std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);

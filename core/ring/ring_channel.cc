@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "util/misc.h"
+#include "util/schedule.h"
 #include "util/user_copy.h"
 
 namespace rdmashim {
@@ -146,9 +147,13 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip, bool may_g
       left -= piece;
       done += piece;
       tx_tail_ += piece;
+      if (len > 0) RDMASHIM_SCHED_POINT(kRingWrapWrite);
     }
   }
-  if (done > 0) link_.publish_tail(tx_tail_);
+  if (done > 0) {
+    RDMASHIM_SCHED_POINT(kRingPublishTail);
+    link_.publish_tail(tx_tail_);
+  }
   return static_cast<ssize_t>(done);
 }
 
@@ -185,6 +190,7 @@ ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
         left -= piece;
         done += piece;
         pos += piece;
+        if (len > 0) RDMASHIM_SCHED_POINT(kRingWrapRead);
       }
     }
     if (!elastic_) break;
@@ -196,6 +202,7 @@ ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
     map = again;
   }
   if (!peek && done > 0) {
+    RDMASHIM_SCHED_POINT(kRingPublishHead);
     rx_head_ = pos;
     link_.publish_head(rx_head_);
   }

@@ -7,6 +7,7 @@
 #include <cstring>
 
 #include "util/log.h"
+#include "util/schedule.h"
 
 namespace rdmashim {
 namespace {
@@ -67,6 +68,12 @@ void load() {
   read_number("RDMASHIM_GID_INDEX", &c.gid_index, 0, 255);
   // Kept as the environment holds it; discovery parses (and warns about) it.
   if (const char* t = getenv("RDMASHIM_PEERS"); t && *t) c.peers = strdup(t);
+  if (const char* t = getenv("RDMASHIM_TEST_SCHEDULE"); t && *t) {
+    uint64_t v = 0;
+    if (parse_size(t, &v)) c.test_schedule_on = true, c.test_schedule = v;
+    else RDMASHIM_WARN("ignoring RDMASHIM_TEST_SCHEDULE=%s (expected a decimal seed)", t);
+  }
+  sched::g_state.store(c.test_schedule_on ? sched::kOn : sched::kOff, std::memory_order_relaxed);
 }
 
 }  // namespace

@@ -36,6 +36,10 @@ struct Config {
   char device[64] = {};
   int gid_index = -1;           // RDMASHIM_GID_INDEX (-1: chosen per connection)
   const char* peers = nullptr;  // RDMASHIM_PEERS, raw (parsed by discovery)
+  // RDMASHIM_TEST_SCHEDULE=<seed>: test only; perturbs the timing of the
+  // steps marked in util/schedule.h (tests/interleave). Any value turns it on.
+  bool test_schedule_on = false;
+  uint64_t test_schedule = 0;
   // RDMASHIM_LOG_FILE is applied to the logger directly (log::set_file).
 };
 

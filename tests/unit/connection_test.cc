@@ -166,16 +166,63 @@ TEST(Connection, ServerThatSpeaksFirstStripsTheLateHelloAndBothStayPlain) {
   const char greeting[] = "220 smtp ready\r\n";
   ASSERT_EQ(send_all(*server, greeting, sizeof greeting), static_cast<ssize_t>(sizeof greeting));
   EXPECT_STREQ(server->transport_name(), "tcp:server-spoke-first");
-  std::unique_ptr<Connection> client(Connection::make_client(t.client));  // Hello goes out now
-  ASSERT_TRUE(client);
+  // A Hello that crossed the greeting (a client seeing the greeting first
+  // sends none, see below), then that client's Plain and its first bytes.
+  wire::Hello hello{};
+  memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
+  hello.version = wire::kVersion;
+  hello.transports = wire::kTransportShm;
+  wire::FrameHeader plain{0, static_cast<uint16_t>(wire::FrameType::kPlain), 0};
+  ASSERT_EQ(send(t.client, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+  ASSERT_EQ(send(t.client, &plain, sizeof plain, 0), static_cast<ssize_t>(sizeof plain));
+  ASSERT_EQ(send(t.client, "EHLO x\r\n", 8, 0), 8);
   char buf[64];
-  ASSERT_EQ(recv_some(*client, buf, sizeof greeting, MSG_WAITALL), static_cast<ssize_t>(sizeof greeting));
-  EXPECT_EQ(memcmp(buf, greeting, sizeof greeting), 0);
-  EXPECT_STREQ(client->transport_name(), "tcp:server-spoke-first");
-  ASSERT_EQ(send_all(*client, "EHLO x\r\n", 8), 8);
   ASSERT_EQ(recv_some(*server, buf, 8, MSG_WAITALL), 8);
   EXPECT_EQ(memcmp(buf, "EHLO x\r\n", 8), 0);
-  EXPECT_TRUE(client->passthrough());
+}
+
+// A server that spoke first and never read must not close with the client's
+// Hello unread: its kernel would reset the connection and the client lose
+// the greeting or see ECONNRESET where EOF is due.
+TEST(Connection, ServerThatOnlyWroteConsumesTheHelloBeforeItsClose) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  std::vector<unsigned char> greeting = pattern(100000, 7);
+  ASSERT_EQ(send_all(*server, greeting.data(), greeting.size()), static_cast<ssize_t>(greeting.size()));
+  EXPECT_STREQ(server->transport_name(), "tcp:server-spoke-first");
+  wire::Hello hello{};
+  memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
+  hello.version = wire::kVersion;
+  hello.transports = wire::kTransportShm;
+  ASSERT_EQ(send(t.client, &hello, sizeof hello, 0), static_cast<ssize_t>(sizeof hello));
+  usleep(10000);
+  server->drain_before_close();
+  close(t.server);
+  t.server = -1;
+  std::vector<unsigned char> got(greeting.size());
+  ASSERT_EQ(recv(t.client, got.data(), got.size(), MSG_WAITALL), static_cast<ssize_t>(got.size()));
+  EXPECT_EQ(got, greeting);
+  char c;
+  EXPECT_EQ(recv(t.client, &c, 1, 0), 0) << strerror(errno);
+}
+
+// The server spoke first (and may have closed, banner and close): a client
+// that sees its bytes before sending the Hello sends none, so a Hello can
+// never land on a closed socket and reset the connection.
+TEST(Connection, ClientSeeingTheServerSpeakFirstSendsNoHello) {
+  TcpPair t;
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  const char greeting[] = "220 smtp ready\r\n";
+  ASSERT_EQ(send_all(*server, greeting, sizeof greeting), static_cast<ssize_t>(sizeof greeting));
+  EXPECT_STREQ(server->transport_name(), "tcp:server-spoke-first");
+  usleep(10000);
+  EXPECT_FALSE(Connection::make_client(t.client));  // plain: nothing of ours sent
+  char buf[64];
+  ASSERT_EQ(recv(t.client, buf, sizeof greeting, MSG_WAITALL), static_cast<ssize_t>(sizeof greeting));
+  EXPECT_EQ(memcmp(buf, greeting, sizeof greeting), 0);
+  ASSERT_EQ(send(t.client, "EHLO x\r\n", 8, 0), 8);
+  ASSERT_EQ(recv_some(*server, buf, 8, MSG_WAITALL), 8);
+  EXPECT_EQ(memcmp(buf, "EHLO x\r\n", 8), 0);
 }
 
 TEST(Connection, HalfCloseKeepsTheOtherDirectionOpen) {
