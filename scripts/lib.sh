@@ -7,6 +7,9 @@ RDMASHIM_BUILD=${RDMASHIM_BUILD:-$RDMASHIM_ROOT/build}
 # Packages for building and testing. Each script adds its own extras.
 RDMASHIM_BUILD_PACKAGES=(g++ cmake make pkg-config libgtest-dev libibverbs-dev librdmacm-dev libxxhash-dev
                          ibverbs-providers libboost-dev)
+# The sanitizer and fuzz stages of scripts/test (CMakePresets.json): ninja for
+# building single targets, clang and its runtimes for libFuzzer.
+RDMASHIM_SANITIZER_PACKAGES=(ninja-build clang libclang-rt-14-dev)
 
 # ensure_packages PKG... : installs the missing ones with apt-get when root,
 # otherwise says exactly what to install and fails.
@@ -34,4 +37,22 @@ build_project() {
     cat "$RDMASHIM_BUILD.log" >&2
     return 1
   }
+}
+
+# build_preset PRESET DIR TARGET...: configures DIR with a CMakePresets.json
+# preset (asan, tsan, fuzz) and builds only the targets named.
+build_preset() {
+  local preset=$1 dir=$2
+  shift 2
+  (cd "$RDMASHIM_ROOT" && cmake --preset "$preset" -B "$dir" >/dev/null) &&
+    cmake --build "$dir" -j "$(nproc)" --target "$@" >"$dir.log" 2>&1 || {
+    cat "$dir.log" >&2
+    return 1
+  }
+}
+
+# test_preset PRESET DIR: runs the preset's tests (its labels and sanitizer
+# options) in DIR.
+test_preset() {
+  (cd "$RDMASHIM_ROOT" && ctest --preset "$1" --test-dir "$2")
 }
