@@ -39,20 +39,21 @@ build_project() {
   }
 }
 
-# build_preset PRESET DIR TARGET...: configures DIR with a CMakePresets.json
-# preset (asan, tsan, fuzz) and builds only the targets named.
-build_preset() {
-  local preset=$1 dir=$2
-  shift 2
-  (cd "$RDMASHIM_ROOT" && cmake --preset "$preset" -B "$dir" >/dev/null) &&
-    cmake --build "$dir" -j "$(nproc)" --target "$@" >"$dir.log" 2>&1 || {
-    cat "$dir.log" >&2
+# preset_stage PRESET [CMAKE_ARG...]: configures, builds and tests one
+# CMakePresets.json preset (asan, tsan, fuzz): its folder (build-PRESET in
+# the source tree), its build targets, its test labels and sanitizer options.
+preset_configure() {
+  local preset=$1
+  shift
+  (cd "$RDMASHIM_ROOT" && cmake --preset "$preset" "$@" >/dev/null)
+}
+preset_build() {
+  local log=$RDMASHIM_ROOT/build-$1/build.log
+  (cd "$RDMASHIM_ROOT" && cmake --build --preset "$1" -j "$(nproc)" >"$log" 2>&1) || {
+    cat "$log" >&2
     return 1
   }
 }
-
-# test_preset PRESET DIR: runs the preset's tests (its labels and sanitizer
-# options) in DIR.
-test_preset() {
-  (cd "$RDMASHIM_ROOT" && ctest --preset "$1" --test-dir "$2")
+preset_test() {
+  (cd "$RDMASHIM_ROOT" && ctest --preset "$1")
 }
