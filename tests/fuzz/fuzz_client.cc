@@ -13,6 +13,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <vector>
 
@@ -24,6 +26,24 @@
 namespace {
 int g_listener = -1;
 sockaddr_in g_addr{};
+// A fresh client socket connected to the listener. Ephemeral ports are shared
+// with everything else on the host: when they run out for a moment, wait.
+// Any other failure (descriptors leaked by the code under test, the
+// listener closed under us) is a finding.
+int connect_loopback() {
+  for (int attempt = 0;; ++attempt) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&g_addr), sizeof g_addr) == 0) return fd;
+    int err = errno;
+    if (fd >= 0) close(fd);
+    if ((err != EADDRNOTAVAIL && err != EAGAIN) || attempt == 500) {
+      fprintf(stderr, "fuzz_client: cannot connect: %s\n", strerror(err));
+      abort();
+    }
+    usleep(10000);
+  }
+}
+
 }  // namespace
 
 extern "C" int LLVMFuzzerInitialize(int*, char***) {
@@ -42,8 +62,7 @@ extern "C" int LLVMFuzzerInitialize(int*, char***) {
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1 || size > 65536) return -1;
   uint8_t style = data[0];
-  int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0 || connect(fd, reinterpret_cast<sockaddr*>(&g_addr), sizeof g_addr) != 0) abort();
+  int fd = connect_loopback();
   int peer = accept4(g_listener, nullptr, nullptr, SOCK_CLOEXEC);
   if (peer < 0) abort();
   int one = 1;
