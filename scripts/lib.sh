@@ -7,6 +7,9 @@ RDMASHIM_BUILD=${RDMASHIM_BUILD:-$RDMASHIM_ROOT/build}
 # Packages for building and testing. Each script adds its own extras.
 RDMASHIM_BUILD_PACKAGES=(g++ cmake make pkg-config libgtest-dev libibverbs-dev librdmacm-dev libxxhash-dev
                          ibverbs-providers libboost-dev)
+# The sanitizer and fuzz stages of scripts/test (CMakePresets.json): ninja for
+# building single targets, clang and its runtimes for libFuzzer.
+RDMASHIM_SANITIZER_PACKAGES=(ninja-build clang libclang-rt-14-dev)
 
 # ensure_packages PKG... : installs the missing ones with apt-get when root,
 # otherwise says exactly what to install and fails.
@@ -34,4 +37,23 @@ build_project() {
     cat "$RDMASHIM_BUILD.log" >&2
     return 1
   }
+}
+
+# preset_stage PRESET [CMAKE_ARG...]: configures, builds and tests one
+# CMakePresets.json preset (asan, tsan, fuzz): its folder (build-PRESET in
+# the source tree), its build targets, its test labels and sanitizer options.
+preset_configure() {
+  local preset=$1
+  shift
+  (cd "$RDMASHIM_ROOT" && cmake --preset "$preset" "$@" >/dev/null)
+}
+preset_build() {
+  local log=$RDMASHIM_ROOT/build-$1/build.log
+  (cd "$RDMASHIM_ROOT" && cmake --build --preset "$1" -j "$(nproc)" >"$log" 2>&1) || {
+    cat "$log" >&2
+    return 1
+  }
+}
+preset_test() {
+  (cd "$RDMASHIM_ROOT" && ctest --preset "$1")
 }

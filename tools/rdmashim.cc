@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <dirent.h>
+#include <dlfcn.h>
 #include <fcntl.h>
 
 #include <cerrno>
@@ -60,6 +61,24 @@ std::string find_library() {
     char real[PATH_MAX];
     if (exists(candidate) && realpath(candidate.c_str(), real)) return real;
   }
+  return "";
+}
+
+#if defined(__SANITIZE_ADDRESS__)
+extern "C" void __asan_init();
+#endif
+
+// In an AddressSanitizer build the library needs the ASan runtime loaded
+// before it (ASan insists on being first in the library list, and programs
+// like the shell are not linked with it): the runtime this tool itself uses,
+// found through one of its symbols. "" in a normal build.
+std::string sanitizer_runtime() {
+#if defined(__SANITIZE_ADDRESS__)
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&__asan_init), &info) && info.dli_fname && strchr(info.dli_fname, '/')) {
+    return info.dli_fname;
+  }
+#endif
   return "";
 }
 
@@ -197,6 +216,7 @@ int run(int argc, char** argv) {
     return 127;
   }
   std::string preload = lib;
+  if (std::string rt = sanitizer_runtime(); !rt.empty()) preload = rt + " " + preload;
   if (const char* old = getenv("LD_PRELOAD"); old && *old) preload += std::string(" ") + old;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   execvp(argv[i], argv + i);

@@ -79,6 +79,7 @@ int main(int argc, char** argv) {
   }
   int status = 0;
   waitpid(child, &status, 0);
+  free(answer);
   printf("%s: %d connections, %zu-byte answer then close(): complete+EOF %d, short+EOF %d, error %d, "
          "content differs %d; fewest bytes received %zu\n",
          ok == rounds ? "ok" : "FAIL", rounds, resp, ok, short_eof, errors, corrupt, fewest);

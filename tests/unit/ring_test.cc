@@ -123,6 +123,13 @@ TEST(Ring, PeekLeavesBytesAndDiscardDrops) {
 // Application buffers that are not mapped: EFAULT, as the kernel answers,
 // with the bytes before the bad one counted and nothing consumed past it.
 TEST(Ring, BadApplicationPointersAreEfault) {
+#if defined(__SANITIZE_THREAD__)
+  // Excluded under ThreadSanitizer: the process dies of the SIGSEGV instead
+  // of recovering through the guarded copy (the fault is taken in TSan's own
+  // memcpy interceptor, FakeLink::put, as far as we can tell). The plain and
+  // ASan+UBSan builds run it.
+  GTEST_SKIP() << "the guarded copy's SIGSEGV recovery does not survive TSan's interceptors";
+#endif
   FakeLinkPair pair(64);
   RingChannel tx(pair.a), rx(pair.b);
   auto* bad = reinterpret_cast<unsigned char*>(16);
