@@ -307,8 +307,13 @@ void Connection::adopt(std::unique_ptr<Transport> t) {
   ring_.reset(new (std::nothrow) RingChannel(t->link()));
   if (!ring_) return;
   transport_ = std::move(t);
-  std::lock_guard<std::mutex> lock(wake_mu_);
-  wake_fd_ = transport_->link().wait_fd();
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_fd_ = transport_->link().wait_fd();
+  }
+  // Under a filter, ask now (the handshake's calls went through): the data
+  // path may not ask later. Otherwise lazily, at the first wait.
+  if (sandbox() != Sandbox::kNone) prime_options();
 }
 
 // Both locks held: the peer said Plain, so its direction is raw from now on
