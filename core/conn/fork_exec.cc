@@ -29,6 +29,18 @@ void Connection::settle_handshake() {
   finish_setup(static_cast<int>(config().setup_timeout_ms));
 }
 
+void Connection::settle_before_sandbox() {
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
+  if (in_setup_.load(std::memory_order_relaxed)) {
+    if (role_ == Role::kClient || io_started_.load(std::memory_order_relaxed)) {
+      settle_handshake();  // the Ack of an rdmashim server is on its way: bounded by the setup timeout
+    } else {
+      finish_setup(0);     // an untouched server: only a Hello already here
+    }
+  }
+  prime_options();
+}
+
 // Text: role/rx/tx/want/flags/final/transport, e.g. "s/R/F/R/0/0/shm/1/7/8/9/262144".
 std::string Connection::describe_for_exec() {
   settle_handshake();
@@ -105,8 +117,8 @@ void Connection::follow_sibling_switch_tx() {
 }
 
 void Connection::on_fork_child() {
-  file_flags_changed();  // from now on another process can change them
-  timeouts_changed();
+  // The cached options stay true (one open file): a sibling that changes
+  // them moves the transport's options generation (see cacheable()).
   if (!transport_) return;
   if (transport_->survives_fork()) {
     transport_->add_user();
@@ -131,9 +143,13 @@ void Connection::SideLock::release() {
 }
 
 void Connection::SideLock::reacquire() {
-  if (!c_.transport_->shared()) return;
-  c_.transport_->lock(d_);
-  held_ = true;
+  if (c_.transport_->shared()) {
+    c_.transport_->lock(d_);
+    held_ = true;
+  } else if (!c_.transport_->ever_shared()) {
+    return;
+  }
+  // A sibling (maybe gone by now: sshd's pre-authentication child) moved them.
   if (d_ == Transport::Dir::kRx) c_.ring_->resync_rx();
   else c_.ring_->resync_tx();
 }
