@@ -284,6 +284,7 @@ class Connection {
   bool settled_ = false;
   void follow_sibling_switch_rx();  // rx_mu_ held
   void follow_sibling_switch_tx();  // tx_mu_ held
+  void follow_sibling_switches();   // neither held (readiness)
   const uint64_t created_ns_;
 
   // Handshake material.

@@ -100,19 +100,37 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   return c;
 }
 
+// A sibling passed the Switch: it read (or wrote) every framed byte before
+// it, so whatever frame this process was in the middle of when it forked is
+// stale (sshd's monitor forks while a DATA frame of the client's is half
+// read, and takes the stream back after the pre-authentication child left).
 void Connection::follow_sibling_switch_rx() {
-  if (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0 && ring_ && transport_->switched(Transport::Dir::kRx)) {
+  if (rx_ == Rx::kFramed && ring_ && transport_->switched(Transport::Dir::kRx)) {
+    rx_frame_left_ = rx_hdr_have_ = rx_ctl_have_ = 0;
     rx_ = Rx::kRing;
     rx_ring_.store(true, std::memory_order_release);
   }
 }
 
 void Connection::follow_sibling_switch_tx() {
-  if (tx_ == Tx::kFramed && tx_frame_left_ == 0 && tx_hdr_left_ == 0 && ring_ &&
-      transport_->switched(Transport::Dir::kTx)) {
+  if (tx_ == Tx::kFramed && ring_ && transport_->switched(Transport::Dir::kTx)) {
+    tx_frame_left_ = tx_hdr_left_ = 0;
     tx_ = Tx::kRing;
     tx_want_ = TxWant::kNone;
     tx_ring_.store(true, std::memory_order_release);
+  }
+}
+
+// Readiness too: a process that only waits (poll) must see the ring a
+// sibling switched to, not the quiet TCP side. Never blocks.
+void Connection::follow_sibling_switches() {
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+    if (rx.owns_lock() && transport_) follow_sibling_switch_rx();
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+    if (tx.owns_lock() && transport_) follow_sibling_switch_tx();
   }
 }
 

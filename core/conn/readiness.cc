@@ -108,6 +108,9 @@ void Connection::ping_if_due() {
 short Connection::poll_events(short want, short kernel) {
   if (orphaned_) return static_cast<short>((POLLERR | POLLHUP | (want & (POLLIN | POLLOUT))));
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
+  if (!passthrough() && (!rx_ring_.load(std::memory_order_relaxed) || !tx_ring_.load(std::memory_order_relaxed))) {
+    follow_sibling_switches();
+  }
   if (!rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
     // A pending prefix keeps the kernel quiet (SO_RCVLOWAT) until its deadline:
     // then its bytes are the application's, so look as if they just came.
