@@ -16,14 +16,16 @@ using namespace rdmashim::preload;
 
 namespace {
 
-ssize_t stream_recv(Connection& c, void* buf, size_t len, int flags) {
+using sys::Calls;
+
+ssize_t stream_recv(Connection& c, void* buf, size_t len, int flags, Calls calls) {
   iovec iov{buf, len};
-  return syscall_result(c.recv(&iov, 1, flags));
+  return syscall_result(c.recv(&iov, 1, flags, calls));
 }
 
-ssize_t stream_send(Connection& c, const void* buf, size_t len, int flags) {
+ssize_t stream_send(Connection& c, const void* buf, size_t len, int flags, Calls calls) {
   iovec iov{const_cast<void*>(buf), len};
-  return syscall_result(c.send(&iov, 1, flags));
+  return syscall_result(c.send(&iov, 1, flags, calls));
 }
 
 bool bad_iovcnt(int n) { return n < 0 || n > IOV_MAX; }
@@ -35,23 +37,23 @@ extern "C" {
 ssize_t read(int fd, void* buf, size_t len) {
   if (Ref s = active_stream(fd)) {
     if (len == 0) return 0;  // read(2) of nothing returns at once; recv(2) would wait
-    return stream_recv(*s->conn, buf, len, 0);
+    return stream_recv(*s->conn, buf, len, 0, Calls::kRead);
   }
   return real().read(fd, buf, len);
 }
 
 ssize_t write(int fd, const void* buf, size_t len) {
-  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, 0);
+  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, 0, Calls::kRead);
   return real().write(fd, buf, len);
 }
 
 ssize_t recv(int fd, void* buf, size_t len, int flags) {
-  if (Ref s = active_stream(fd)) return stream_recv(*s->conn, buf, len, flags);
+  if (Ref s = active_stream(fd)) return stream_recv(*s->conn, buf, len, flags, Calls::kSend);
   return real().recv(fd, buf, len, flags);
 }
 
 ssize_t send(int fd, const void* buf, size_t len, int flags) {
-  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, flags);
+  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, flags, Calls::kSend);
   return real().send(fd, buf, len, flags);
 }
 
@@ -59,14 +61,14 @@ ssize_t recvfrom(int fd, void* buf, size_t len, int flags, sockaddr* addr, sockl
   if (Ref s = active_stream(fd)) {
     // A connected TCP socket reports no source address.
     if (addr && addrlen) *addrlen = 0;
-    return stream_recv(*s->conn, buf, len, flags);
+    return stream_recv(*s->conn, buf, len, flags, Calls::kSend);
   }
   return real().recvfrom(fd, buf, len, flags, addr, addrlen);
 }
 
 ssize_t sendto(int fd, const void* buf, size_t len, int flags, const sockaddr* addr, socklen_t addrlen) {
   // TCP ignores the destination of a connected socket.
-  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, flags);
+  if (Ref s = active_stream(fd)) return stream_send(*s->conn, buf, len, flags, Calls::kSend);
   return real().sendto(fd, buf, len, flags, addr, addrlen);
 }
 
@@ -74,7 +76,7 @@ ssize_t readv(int fd, const iovec* iov, int n) {
   if (Ref s = active_stream(fd)) {
     if (bad_iovcnt(n)) return syscall_result<ssize_t>(-EINVAL);
     if (rdmashim::iov_total(iov, n) == 0) return 0;  // as read(2)
-    return syscall_result(s->conn->recv(iov, n, 0));
+    return syscall_result(s->conn->recv(iov, n, 0, Calls::kReadv));
   }
   return real().readv(fd, iov, n);
 }
@@ -82,7 +84,7 @@ ssize_t readv(int fd, const iovec* iov, int n) {
 ssize_t writev(int fd, const iovec* iov, int n) {
   if (Ref s = active_stream(fd)) {
     if (bad_iovcnt(n)) return syscall_result<ssize_t>(-EINVAL);
-    return syscall_result(s->conn->send(iov, n, 0));
+    return syscall_result(s->conn->send(iov, n, 0, Calls::kReadv));
   }
   return real().writev(fd, iov, n);
 }
@@ -90,7 +92,7 @@ ssize_t writev(int fd, const iovec* iov, int n) {
 ssize_t recvmsg(int fd, msghdr* msg, int flags) {
   if (Ref s = active_stream(fd)) {
     if (bad_iovcnt(static_cast<int>(msg->msg_iovlen))) return syscall_result<ssize_t>(-EMSGSIZE);
-    ssize_t r = s->conn->recv(msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags);
+    ssize_t r = s->conn->recv(msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, Calls::kMsg);
     if (r >= 0) {
       msg->msg_namelen = 0;
       msg->msg_controllen = 0;
@@ -104,7 +106,7 @@ ssize_t recvmsg(int fd, msghdr* msg, int flags) {
 ssize_t sendmsg(int fd, const msghdr* msg, int flags) {
   if (Ref s = active_stream(fd)) {
     if (bad_iovcnt(static_cast<int>(msg->msg_iovlen))) return syscall_result<ssize_t>(-EMSGSIZE);
-    return syscall_result(s->conn->send(msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags));
+    return syscall_result(s->conn->send(msg->msg_iov, static_cast<int>(msg->msg_iovlen), flags, Calls::kMsg));
   }
   return real().sendmsg(fd, msg, flags);
 }

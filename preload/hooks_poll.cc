@@ -21,6 +21,7 @@
 
 #include "epoll_set.h"
 #include "preload.h"
+#include "sys/calls.h"
 #include "util/misc.h"
 #include "wait_common.h"
 
@@ -46,9 +47,25 @@ short virtual_events(const Ref& v, short want, short kernel) {
   return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
 }
 
+// The program may wait on as many descriptors as RLIMIT_NOFILE allows (the
+// kernel's EINVAL beyond): OpenSSH's sandbox allows one. Then each ring's
+// doorbell stands in for its socket, a slice at a time; the caller's loop
+// looks at the sockets themselves (without waiting) in between.
+int sleep_within_nofile(const std::vector<pollfd>& k, const std::vector<nfds_t>& vidx, nfds_t nfds, int64_t dl,
+                        const sigset_t* mask, sys::WaitCall how) {
+  std::vector<pollfd> one(k.begin(), k.begin() + static_cast<long>(nfds));
+  for (size_t j = 0; j < vidx.size(); ++j) {
+    if (k[nfds + j].fd >= 0) one[vidx[j]] = {k[nfds + j].fd, POLLIN, 0};
+  }
+  constexpr int kSliceMs = 200;
+  int left = ms_left(dl);
+  int slice = left < 0 || left > kSliceMs ? kSliceMs : left;
+  return sys::wait_as(how, one.data(), one.size(), slice, mask);
+}
+
 // poll/ppoll/select/pselect all come here when a virtual descriptor is among
 // theirs. Returns what poll() would, with errno set on -1.
-int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool use_ppoll) {
+int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::WaitCall how) {
   std::vector<Ref> virt(nfds);
   std::vector<nfds_t> vidx;
   for (nfds_t i = 0; i < nfds; ++i) {
@@ -61,7 +78,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     for (nfds_t i = 0; i < nfds; ++i) {
       k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
     }
-    if (sys.poll(k.data(), nfds, 0) < 0) return -1;
+    if (sys::wait_as(how, k.data(), nfds, 0) < 0) return -1;  // the program's own call, as all below
     int count = 0;
     for (nfds_t i = 0; i < nfds; ++i) {
       fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
@@ -75,7 +92,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
         if (virtual_events(virt[v], fds[v].events, 0)) return true;
       return false;
     };
-    auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
+    auto kernel_ready = [&] { return !all_virtual && sys::wait_as(how, k.data(), nfds, 0) > 0; };
     if (spin_for(dl, ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
@@ -101,13 +118,14 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
     int r = 0, err = 0;
     if (!ready) {
       int64_t sleep_dl = release_before_sleep(wake);
-      if (use_ppoll) {
+      if (how == sys::WaitCall::kPpoll) {
         timespec t = ts_left(sleep_dl);
         r = sys.ppoll(k.data(), k.size(), sleep_dl == kForever ? nullptr : &t, mask);
       } else {
-        r = sys.poll(k.data(), k.size(), ms_left(sleep_dl));
+        r = sys::wait_as(how, k.data(), k.size(), ms_left(sleep_dl), mask);
       }
       err = errno;
+      if (r < 0 && err == EINVAL && k.size() > nfds) r = sleep_within_nofile(k, vidx, nfds, sleep_dl, mask, how), err = errno;
     }
     for (auto& a : armed) a->conn->disarm();
     if (r < 0) {
@@ -124,7 +142,7 @@ bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
 }
 
 // select and pselect: through poll_mixed when a virtual descriptor is set.
-int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const sigset_t* mask, bool use_ppoll) {
+int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const sigset_t* mask, sys::WaitCall how) {
   std::vector<pollfd> p;
   for (int fd = 0; fd < nfds; ++fd) {
     short ev = 0;
@@ -133,7 +151,7 @@ int select_mixed(int nfds, fd_set* r, fd_set* w, fd_set* e, int64_t dl, const si
     if (e && FD_ISSET(fd, e)) ev |= POLLPRI;
     if (ev) p.push_back({fd, ev, 0});
   }
-  int n = poll_mixed(p.data(), p.size(), dl, mask, use_ppoll);
+  int n = poll_mixed(p.data(), p.size(), dl, mask, how);
   if (n < 0) return -1;
   for (auto& q : p) {
     if (q.revents & POLLNVAL) {
@@ -169,11 +187,12 @@ bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const
 extern "C" {
 
 int poll(pollfd* fds, nfds_t nfds, int timeout) {
+  sys::note_wait_call(sys::WaitCall::kPoll);
   if (nfds == 0 || !any_managed_stream(fds, nfds)) {
     release_before_plain_sleep(timeout != 0);
     return real().poll(fds, nfds, timeout);
   }
-  return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, false);
+  return poll_mixed(fds, nfds, deadline_from_ms(timeout), nullptr, sys::WaitCall::kPoll);
 }
 
 int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
@@ -182,12 +201,13 @@ int __poll_chk(pollfd* fds, nfds_t nfds, int timeout, size_t fdslen) {
 }
 
 int ppoll(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask) {
+  sys::note_wait_call(sys::WaitCall::kPpoll);
   // A bad timeout is the kernel's EINVAL before anything else.
   if (nfds == 0 || bad_timespec(ts) || !any_managed_stream(fds, nfds)) {
     release_before_plain_sleep(!ts || ts->tv_sec != 0 || ts->tv_nsec != 0);
     return real().ppoll(fds, nfds, ts, mask);
   }
-  return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, true);
+  return poll_mixed(fds, nfds, deadline_from_ts(ts), mask, sys::WaitCall::kPpoll);
 }
 
 int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* mask, size_t fdslen) {
@@ -196,12 +216,13 @@ int __ppoll_chk(pollfd* fds, nfds_t nfds, const timespec* ts, const sigset_t* ma
 }
 
 int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
+  sys::note_wait_call(sys::WaitCall::kSelect);
   if ((tv && (tv->tv_sec < 0 || tv->tv_usec < 0)) || !select_has_managed_stream(nfds, r, w, e)) {
     release_before_plain_sleep(!tv || tv->tv_sec != 0 || tv->tv_usec != 0);
     return real().select(nfds, r, w, e, tv);
   }
   int64_t dl = tv ? static_cast<int64_t>(now_ns()) + tv->tv_sec * 1'000'000'000LL + tv->tv_usec * 1000LL : kForever;
-  int n = select_mixed(nfds, r, w, e, dl, nullptr, false);
+  int n = select_mixed(nfds, r, w, e, dl, nullptr, sys::WaitCall::kSelect);
   if (tv) {  // Linux reports the time left
     int64_t left = std::max<int64_t>(0, dl - static_cast<int64_t>(now_ns()));
     tv->tv_sec = left / 1'000'000'000;
@@ -211,8 +232,12 @@ int select(int nfds, fd_set* r, fd_set* w, fd_set* e, timeval* tv) {
 }
 
 int pselect(int nfds, fd_set* r, fd_set* w, fd_set* e, const timespec* ts, const sigset_t* mask) {
-  if (bad_timespec(ts) || !select_has_managed_stream(nfds, r, w, e)) return real().pselect(nfds, r, w, e, ts, mask);
-  return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, true);
+  sys::note_wait_call(sys::WaitCall::kPselect);
+  if (bad_timespec(ts) || !select_has_managed_stream(nfds, r, w, e)) {
+    release_before_plain_sleep(!ts || ts->tv_sec != 0 || ts->tv_nsec != 0);
+    return real().pselect(nfds, r, w, e, ts, mask);
+  }
+  return select_mixed(nfds, r, w, e, deadline_from_ts(ts), mask, sys::WaitCall::kPselect);
 }
 
 }  // extern "C"

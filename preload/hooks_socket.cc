@@ -222,6 +222,33 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) 
 using namespace rdmashim;
 using namespace rdmashim::preload;
 
+namespace {
+
+// Keeps the value the program just set where the data path needs it: asking
+// the kernel again later may not be allowed by then (a seccomp sandbox).
+void note_socket_option(Connection& c, int name, const void* val, socklen_t len) {
+  if (name == SO_RCVLOWAT) {
+    int v = -1;
+    if (val && len >= static_cast<socklen_t>(sizeof(int))) {
+      memcpy(&v, val, sizeof v);
+      v = v < 0 ? INT_MAX : (v == 0 ? 1 : v);
+    }
+    c.rcvlowat_changed(v);
+    return;
+  }
+  bool rcv = name == SO_RCVTIMEO || name == SO_RCVTIMEO_NEW;
+  if (!rcv && name != SO_SNDTIMEO && name != SO_SNDTIMEO_NEW) return;
+  int64_t ns = -1;  // ask the kernel
+  struct { int64_t sec, usec; } tv{};  // timeval and __kernel_sock_timeval alike on 64-bit
+  if (sizeof(timeval) == sizeof tv && val && len >= static_cast<socklen_t>(sizeof tv)) {
+    memcpy(&tv, val, sizeof tv);
+    if (tv.sec >= 0 && tv.usec >= 0 && tv.usec < 1'000'000 && tv.sec < INT32_MAX) ns = tv.sec * 1'000'000'000 + tv.usec * 1000;
+  }
+  c.timeouts_changed(rcv ? SO_RCVTIMEO : SO_SNDTIMEO, ns);
+}
+
+}  // namespace
+
 extern "C" {
 
 int socket(int domain, int type, int protocol) { return real().socket(domain, type, protocol); }
@@ -358,8 +385,9 @@ int fcntl(int fd, int cmd, ...) {
   if (r >= 0 && (cmd == F_DUPFD || cmd == F_DUPFD_CLOEXEC)) {
     if (Ref e = table().get(fd)) attach(r, e.get());
   }
-  if (r == 0 && cmd == F_SETFL) {
-    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed();
+  if (r == 0 && cmd == F_SETFL) {  // keep what the program set: asking later may not be allowed
+    int nb = (reinterpret_cast<intptr_t>(arg) & O_NONBLOCK) ? 1 : 0;
+    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed(nb);
   }
   return r;
 }
@@ -402,7 +430,8 @@ int ioctl(int fd, unsigned long request, ...) {
   int r = real().ioctl(fd, request, arg);
   if (r == 0 && request == FIONBIO) {
     int saved = errno;
-    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed();
+    int nb = arg ? (*static_cast<const int*>(arg) != 0 ? 1 : 0) : -1;
+    if (Ref e = table().get(fd); e && e->conn) e->conn->file_flags_changed(nb);
     errno = saved;
   }
   return r;
@@ -436,12 +465,9 @@ int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
 }
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
   int r = real().setsockopt(fd, level, name, val, len);
-  if (r == 0 && level == SOL_SOCKET) {  // SO_RCVLOWAT, SO_RCVTIMEO(_NEW), SO_SNDTIMEO(_NEW), ...
+  if (r == 0 && level == SOL_SOCKET) {
     int saved = errno;
-    if (Ref e = table().get(fd); e && e->conn) {
-      if (name == SO_RCVLOWAT) e->conn->rcvlowat_changed();
-      e->conn->timeouts_changed();
-    }
+    if (Ref e = table().get(fd); e && e->conn) note_socket_option(*e->conn, name, val, len);
     errno = saved;
   }
   return r;

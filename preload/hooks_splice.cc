@@ -13,6 +13,9 @@
 //    decides how much fits); pipe bytes are copied with tee() and consumed
 //    only once the stream took them; sendfile reads the file with pread and
 //    moves the position by what the stream took.
+// Under a seccomp filter (sys/calls.h) the calls made here are splice's own
+// (splice, tee, a private pipe), the program's way of sleeping, and on the
+// socket the family the program last used there.
 // tee, vmsplice and copy_file_range need no hook: on a socket the kernel
 // refuses them (EINVAL, EBADF) exactly as it would without us.
 #include <fcntl.h>
@@ -24,6 +27,7 @@
 #include <climits>
 
 #include "preload.h"
+#include "sys/calls.h"
 #include "util/signals.h"
 
 using namespace rdmashim;
@@ -106,7 +110,7 @@ ssize_t stream_to_pipe(Connection& c, int pipe, size_t len, unsigned flags, bool
   for (;;) {
     // The kernel waits for room in the pipe before it looks at the socket.
     pollfd p{pipe, POLLOUT, 0};
-    int r = real().poll(&p, 1, pipe_nonblock ? 0 : -1);
+    int r = sys::wait(&p, 1, pipe_nonblock ? 0 : -1);  // the program's own way of sleeping
     if (r < 0) {
       if (errno == EINTR && signals_restart()) continue;
       return -1;
@@ -144,7 +148,7 @@ ssize_t pipe_to_stream(Connection& c, int pipe, size_t len, unsigned flags, bool
     if (n <= 0) return done > 0 ? static_cast<ssize_t>(done) : n;
     take_from_pipe(priv.fd[0], buf, static_cast<size_t>(n));
     iovec iov{buf, static_cast<size_t>(n)};
-    ssize_t sent = c.send(&iov, 1, (flags & SPLICE_F_MORE) ? MSG_MORE : 0);
+    ssize_t sent = c.send(&iov, 1, (flags & SPLICE_F_MORE) ? MSG_MORE : 0, c.last_calls());
     if (sent <= 0) return done > 0 ? static_cast<ssize_t>(done) : syscall_result(sent);
     take_from_pipe(pipe, buf, static_cast<size_t>(sent));  // exactly what the stream took
     done += static_cast<size_t>(sent);
@@ -171,7 +175,7 @@ ssize_t file_to_stream(Connection& c, int in_fd, off_t* offset, size_t count) {
       break;
     }
     iovec iov{buf, static_cast<size_t>(got)};
-    ssize_t sent = c.send(&iov, 1, 0);
+    ssize_t sent = c.send(&iov, 1, 0, c.last_calls());
     if (sent < 0) {
       err = sent;
       break;

@@ -54,6 +54,7 @@ pthread_once_t g_once = PTHREAD_ONCE_INIT;
 __attribute__((constructor)) void on_load() {
   pthread_once(&g_once, initialize);
   g_ready.store(true, std::memory_order_release);
+  detect_inherited_sandbox();
   adopt_inherited();  // needs the real calls, so after initialize()
 }
 

@@ -42,4 +42,7 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised);
 void adopt_socket(const std::vector<int>& names, const std::string& state);
 void adopt_inherited();
 
+// Notes a seccomp filter (or no_new_privs) in force when we load (hooks_sandbox.cc).
+void detect_inherited_sandbox();
+
 }  // namespace rdmashim::preload

@@ -13,8 +13,6 @@
 #include <cerrno>
 #include <cstring>
 #include <new>
-#include <pthread.h>
-#include <signal.h>
 
 #include "conn/connection_internal.h"
 #include "sys/sys.h"
@@ -110,16 +108,23 @@ void Connection::update_passthrough() {
 void Connection::drain_before_close() {
   if (orphaned_) return;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return;
   discard_unread_handshake();
+  // A DATA header is left for a sibling process that still reads the stream:
+  // peek first. A read/write program that shares nothing takes frames as
+  // they come (a DATA payload left unread resets the close, as on TCP).
+  bool peek = !sys::file_calls(sys::current_calls()) || !transport_ || transport_->shared();
   while (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0) {
     wire::FrameHeader h{};
-    ssize_t n = sys::real().recv(fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
-    if (n != static_cast<ssize_t>(sizeof h) || !wire::valid(h) ||
-        h.type == static_cast<uint16_t>(wire::FrameType::kData)) {
-      break;
+    if (peek) {
+      ssize_t n = sys::real().recv(fd(), &h, sizeof h, MSG_PEEK | MSG_DONTWAIT);
+      if (n != static_cast<ssize_t>(sizeof h) || !wire::valid(h) ||
+          h.type == static_cast<uint16_t>(wire::FrameType::kData)) {
+        break;
+      }
     }
     if (read_frame(MSG_DONTWAIT) <= 0) break;
   }
@@ -156,6 +161,7 @@ void Connection::flush_tx() {
 
 int Connection::shutdown(int how) {
   if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return -EINVAL;
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   if (how != SHUT_RD) {
     // Wake a writer of ours blocked on a full ring. The FIN alone ends the
     // stream, as for close(): no Close frame, because the peer may already
@@ -188,9 +194,49 @@ int Connection::shutdown(int how) {
 // ---------------------------------------------------------------------------
 // The socket's flags and timeouts, and errors
 
-// O_NONBLOCK and the timeouts are asked of the kernel once and kept until the
-// preload sees them change: two system calls less on every wait.
-bool Connection::cacheable() const { return transport_ && !transport_->shared(); }
+// O_NONBLOCK, the timeouts and SO_RCVLOWAT are asked of the kernel once
+// (prime_options, right after the handshake) and then kept: what the program
+// changes goes through our hooks, which keep the new value. After fork a
+// sibling's change moves the transport's generation; the others ask again.
+bool Connection::cacheable() const {
+  if (!transport_) return false;
+  if (transport_->shared()) {
+    uint32_t g = transport_->options_generation();
+    if (g != options_gen_.load(std::memory_order_relaxed)) {
+      options_gen_.store(g, std::memory_order_relaxed);
+      nonblock_.store(-1, std::memory_order_relaxed);
+      rcvtimeo_ns_.store(-1, std::memory_order_relaxed);
+      sndtimeo_ns_.store(-1, std::memory_order_relaxed);
+      rcvlowat_.store(-1, std::memory_order_relaxed);
+    }
+  }
+  return true;
+}
+
+void Connection::options_shared_changed() {
+  if (transport_ && transport_->shared()) {
+    options_gen_.store(transport_->bump_options_generation(), std::memory_order_relaxed);
+  }
+}
+
+void Connection::file_flags_changed(int nonblock) {
+  nonblock_.store(nonblock, std::memory_order_relaxed);
+  options_shared_changed();
+}
+
+void Connection::timeouts_changed(int optname, int64_t ns) {
+  if (optname != SO_SNDTIMEO) rcvtimeo_ns_.store(optname == SO_RCVTIMEO ? ns : -1, std::memory_order_relaxed);
+  if (optname != SO_RCVTIMEO) sndtimeo_ns_.store(optname == SO_SNDTIMEO ? ns : -1, std::memory_order_relaxed);
+  options_shared_changed();
+}
+
+void Connection::prime_options() {
+  if (!cacheable() || !ring_) return;
+  (void)nonblocking(0);
+  (void)deadline(SO_RCVTIMEO);
+  (void)deadline(SO_SNDTIMEO);
+  (void)rcvlowat();
+}
 
 bool Connection::nonblocking(int flags) const {
   if (flags & MSG_DONTWAIT) return true;
@@ -217,14 +263,6 @@ int64_t Connection::deadline(int optname) const {
     if (cache) cached.store(ns, std::memory_order_relaxed);
   }
   return ns == 0 ? kNoDeadline : static_cast<int64_t>(now_ns()) + ns;
-}
-
-int Connection::epipe(int flags) {
-  if (!(flags & MSG_NOSIGNAL)) {
-    // What the kernel does on a write to a closed stream.
-    pthread_kill(pthread_self(), SIGPIPE);
-  }
-  return -EPIPE;
 }
 
 // The peer broke the protocol (or its memory): the stream cannot be trusted

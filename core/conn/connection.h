@@ -35,6 +35,7 @@
 #include "link/transport.h"
 #include "ring/ring_channel.h"
 #include "shm/rendezvous.h"
+#include "sys/calls.h"
 #include "util/stats.h"
 #include "util/unique_fd.h"
 #include "wire/wire.h"
@@ -60,14 +61,19 @@ class Connection {
   Connection(const Connection&) = delete;
   Connection& operator=(const Connection&) = delete;
 
-  ssize_t recv(const iovec* iov, int iovcnt, int flags);
-  ssize_t send(const iovec* iov, int iovcnt, int flags);
+  // `calls`: the family of the program's call (sys/calls.h). Every system
+  // call made on the socket inside is of that family where it can be.
+  ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
+  ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
   // For splice() and sendfile() out of the stream: peeks up to `len` bytes
   // (waiting as recv with `flags` would), hands them to `sink`, which returns
   // how many it took or -errno, and consumes exactly those; repeats without
   // waiting while the sink takes all. Nothing the sink refused leaves the stream.
   using Sink = ssize_t (*)(void* ctx, const void* buf, size_t n);
   ssize_t recv_to(size_t len, int flags, Sink sink, void* ctx);
+  // The family of the program's last recv/send here (calls with none of
+  // their own, such as splice's, use it).
+  sys::Calls last_calls() const { return last_calls_.load(std::memory_order_relaxed); }
   int shutdown(int how);
 
   // Drives the handshake to its end (either way) within timeout_ms; for the
@@ -108,6 +114,11 @@ class Connection {
   // The same for a connection not used yet (before exec: a client whose
   // Hello is out must take its Ack here, or the next image reads it as data).
   void settle_handshake();
+  // A seccomp filter is about to go in: a handshake under way ends now if it
+  // can without waiting (a client takes its Ack, a server a Hello already
+  // there); one that cannot is left to end on TCP (no upgrade starts from
+  // now on). Then the socket's options are read while that is allowed.
+  void settle_before_sandbox();
   // Across exec the new image starts with an empty table. A connection that
   // is still exactly as accept() left it (no byte read or written) can be
   // adopted there again; anything further along cannot follow (yet).
@@ -125,22 +136,23 @@ class Connection {
   // unread, they would make the kernel answer the close with RST.
   void drain_before_close();
 
-  // SO_RCVLOWAT changed on the socket: re-read it from the kernel when needed
-  // (and, while we raise it for a pending prefix, remember it and raise again).
-  void rcvlowat_changed();
+  // The preload saw the program set O_NONBLOCK (fcntl F_SETFL, FIONBIO: 0
+  // or 1), SO_RCVTIMEO / SO_SNDTIMEO (ns, 0: none) or SO_RCVLOWAT: the new
+  // value is kept (-1: ask the kernel next time), and processes sharing the
+  // stream after fork are told to ask the kernel again. While a prefix is
+  // pending, the new SO_RCVLOWAT is remembered and ours raised again.
+  void file_flags_changed(int nonblock = -1);
+  void timeouts_changed(int optname = 0, int64_t ns = -1);
+  void rcvlowat_changed(int value = -1);
+  // Asks the kernel for all of them now, while any call is still allowed
+  // (after the handshake, and before a seccomp filter goes in).
+  void prime_options();
   // While a prefix is pending SO_RCVLOWAT is ours: the application's value, or -1.
   int app_rcvlowat() const { return app_lowat_.load(std::memory_order_relaxed); }
   // A true prefix of a Hello (or Ack) is waiting for the rest: the now_ns()
   // at which its bytes become the application's; 0 when none. A waiter must
   // not sleep past it (poll_events reports POLLIN once it passed).
   uint64_t prefix_deadline() const { return prefix_deadline_ns_.load(std::memory_order_relaxed); }
-  // The preload saw O_NONBLOCK (fcntl F_SETFL, FIONBIO) or SO_RCVTIMEO /
-  // SO_SNDTIMEO change: ask the kernel again next time.
-  void file_flags_changed() { nonblock_.store(-1, std::memory_order_relaxed); }
-  void timeouts_changed() {
-    rcvtimeo_ns_.store(-1, std::memory_order_relaxed);
-    sndtimeo_ns_.store(-1, std::memory_order_relaxed);
-  }
 
   // Elastic rings give their pages back when idle, never on the hot path:
   // a write that leaves more than 64 KiB touched lists its connection, and
@@ -224,6 +236,10 @@ class Connection {
   void tx_go_plain();
   void tx_go_ring();
   int send_control(wire::FrameType type, const void* payload, uint32_t len);
+  // The socket calls in the program's convention (tcp_io.cc).
+  ssize_t tcp_recv(const iovec* iov, int n, int flags);
+  ssize_t tcp_send(const iovec* iov, int n, int flags);
+  int send_control_bytes(const void* buf, size_t len);
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);
@@ -231,6 +247,7 @@ class Connection {
   void wake_self();
   bool nonblocking(int flags) const;
   bool cacheable() const;
+  void options_shared_changed();
   int64_t deadline(int optname) const;
   void settle(stats::Outcome o);
   void update_passthrough();  // both locks held
@@ -268,6 +285,7 @@ class Connection {
   bool settled_ = false;
   void follow_sibling_switch_rx();  // rx_mu_ held
   void follow_sibling_switch_tx();  // tx_mu_ held
+  void follow_sibling_switches();   // neither held (readiness)
   const uint64_t created_ns_;
 
   // Handshake material.
@@ -307,11 +325,17 @@ class Connection {
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
   std::atomic<uint64_t> tx_full_{0};       // writes that found the ring full (edge-triggered EPOLLOUT)
-  // What the kernel said, kept while no other process shares the stream (a
-  // process we do not see could change the file's flags): -1 unknown.
+  // What the kernel said, or what the program set through us: -1 unknown.
+  // After fork, a process that changes one bumps the transport's options
+  // generation and its siblings ask the kernel again.
   mutable std::atomic<int> nonblock_{-1};
   mutable std::atomic<int64_t> rcvtimeo_ns_{-1}, sndtimeo_ns_{-1};  // 0: none
-  std::atomic<int> rcvlowat_{-1};          // SO_RCVLOWAT; -1: ask the kernel
+  // The calling convention of the program's last recv/send here: calls made
+  // outside one (shutdown, close, poll readiness) use it too.
+  std::atomic<sys::Calls> last_calls_{sys::Calls::kMsg};
+  // The sharing processes' generation of the values above (Transport).
+  mutable std::atomic<uint32_t> options_gen_{0};
+  mutable std::atomic<int> rcvlowat_{-1};  // SO_RCVLOWAT; -1: ask the kernel
   // A pending prefix (see prefix_deadline()). SO_RCVLOWAT is raised past it so
   // the kernel wakes nobody until more bytes (or FIN) arrive; lowat_mu_ guards
   // raising, restoring and the application's own setsockopt meanwhile.

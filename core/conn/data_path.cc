@@ -11,7 +11,7 @@
 #include <cstring>
 #include <utility>
 
-#include "conn/connection_internal.h"
+#include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/iov.h"
 #include "util/misc.h"
@@ -26,41 +26,25 @@ constexpr int kMaxIov = 64;
 // is on its way. A client under rdmashim sends it right after connect().
 constexpr uint64_t kHelloGraceNs = 1'000'000;
 
-ssize_t tcp_recv(int fd, const iovec* iov, int n, int flags) {
-  msghdr m{};
-  m.msg_iov = const_cast<iovec*>(iov);
-  m.msg_iovlen = static_cast<size_t>(n);
-  ssize_t r = sys::real().recvmsg(fd, &m, flags);
-  return r < 0 ? -errno : r;
-}
-
-ssize_t tcp_send(int fd, const iovec* iov, int n, int flags) {
-  msghdr m{};
-  m.msg_iov = const_cast<iovec*>(iov);
-  m.msg_iovlen = static_cast<size_t>(n);
-  ssize_t r = sys::real().sendmsg(fd, &m, flags);
-  return r < 0 ? -errno : r;
-}
-
 }  // namespace
-
-using conn_internal::send_all;
 
 // ---------------------------------------------------------------------------
 // Receiving
 
-ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
+ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   io_started_.store(true, std::memory_order_relaxed);
+  last_calls_.store(calls, std::memory_order_relaxed);
+  sys::CallScope scope(calls, false);
   if (orphaned_) return -ECONNRESET;
   std::lock_guard<std::mutex> lock(rx_mu_);
   follow_sibling_switch_rx();
-  if (rx_ == Rx::kRaw) return tcp_recv(fd_, iov, iovcnt, flags);
+  if (rx_ == Rx::kRaw) return tcp_recv(iov, iovcnt, flags);
   if (flags & MSG_OOB) return rx_ == Rx::kRing ? recv_urgent(iov, iovcnt, flags) : -EINVAL;
   size_t want = iov_total(iov, iovcnt);
   if (want == 0) {
     // TCP waits (once) for data even for zero bytes: read(2)'s shortcut is in the hooks.
     if (rx_ == Rx::kRing) return recv_ring_empty(flags);
-    return tcp_recv(fd_, iov, iovcnt, flags & ~MSG_WAITALL);
+    return tcp_recv(iov, iovcnt, flags & ~MSG_WAITALL);
   }
   if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)) return recv_some(iov, iovcnt, flags & ~MSG_WAITALL);
   size_t got = 0;
@@ -82,7 +66,7 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
     int r = 0;
     switch (rx_) {
       case Rx::kRaw:
-        return tcp_recv(fd_, iov, iovcnt, flags);
+        return tcp_recv(iov, iovcnt, flags);
       case Rx::kDetectHello:
         r = detect_hello(flags, true);
         break;
@@ -93,7 +77,7 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
         if (rx_frame_left_ > 0) {
           iovec part[kMaxIov];
           int n = iov_slice(iov, iovcnt, 0, rx_frame_left_, part, kMaxIov);
-          ssize_t got = tcp_recv(fd_, part, n, flags);
+          ssize_t got = tcp_recv(part, n, flags);
           if (got > 0 && !(flags & MSG_PEEK)) rx_frame_left_ -= static_cast<uint32_t>(got);
           return got;
         }
@@ -114,18 +98,17 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
 // 1: a frame is complete in rx_hdr_/rx_ctl_; 0: EOF; <0: -errno.
 int Connection::read_frame_bytes(int flags) {
   while (rx_hdr_have_ < sizeof rx_hdr_) {
-    ssize_t n = sys::real().recv(fd_, reinterpret_cast<char*>(&rx_hdr_) + rx_hdr_have_,
-                                 sizeof rx_hdr_ - rx_hdr_have_, flags & MSG_DONTWAIT);
-    if (n == 0) return 0;
-    if (n < 0) return -errno;
+    iovec v{reinterpret_cast<char*>(&rx_hdr_) + rx_hdr_have_, sizeof rx_hdr_ - rx_hdr_have_};
+    ssize_t n = tcp_recv(&v, 1, flags & MSG_DONTWAIT);
+    if (n <= 0) return static_cast<int>(n);
     rx_hdr_have_ += static_cast<uint32_t>(n);
   }
   if (!wire::valid(rx_hdr_)) return -EPROTO;
   bool is_data = rx_hdr_.type == static_cast<uint16_t>(wire::FrameType::kData);
   while (!is_data && rx_ctl_have_ < rx_hdr_.length) {
-    ssize_t n = sys::real().recv(fd_, rx_ctl_ + rx_ctl_have_, rx_hdr_.length - rx_ctl_have_, flags & MSG_DONTWAIT);
-    if (n == 0) return 0;
-    if (n < 0) return -errno;
+    iovec v{rx_ctl_ + rx_ctl_have_, rx_hdr_.length - rx_ctl_have_};
+    ssize_t n = tcp_recv(&v, 1, flags & MSG_DONTWAIT);
+    if (n <= 0) return static_cast<int>(n);
     rx_ctl_have_ += static_cast<uint32_t>(n);
   }
   return 1;
@@ -326,6 +309,7 @@ ssize_t Connection::recv_urgent(const iovec* iov, int iovcnt, int flags) {
 
 int Connection::at_mark() {
   if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   std::unique_lock<std::mutex> lock(rx_mu_, std::try_to_lock);  // never wait behind a blocked reader
   if (lock.owns_lock()) poll_control();
   return urg_state_.load(std::memory_order_relaxed) != kUrgNone && ring_->rx_position() == urg_pos_ ? 1 : 0;
@@ -386,11 +370,13 @@ bool Connection::abort_if_data_after_shutdown() {
 // ---------------------------------------------------------------------------
 // Sending
 
-ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
+ssize_t Connection::send(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   // During the handshake a send may settle what the receive side is waiting
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.
   io_started_.store(true, std::memory_order_relaxed);
+  last_calls_.store(calls, std::memory_order_relaxed);
+  sys::CallScope scope(calls, !(flags & MSG_NOSIGNAL));
   if (orphaned_) return -ECONNRESET;
   std::unique_lock<std::mutex> rx(rx_mu_, std::defer_lock);
   if (in_setup_.load(std::memory_order_relaxed)) (void)rx.try_lock();
@@ -403,7 +389,7 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
       uint64_t now = now_ns();
       if (now < created_ns_ + kHelloGraceNs) {
         pollfd p{fd_, POLLIN, 0};
-        sys::real().poll(&p, 1, static_cast<int>((created_ns_ + kHelloGraceNs - now) / 1'000'000) + 1);
+        sys::wait(&p, 1, static_cast<int>((created_ns_ + kHelloGraceNs - now) / 1'000'000) + 1);
       }
       (void)detect_hello(MSG_DONTWAIT, false);
     } else if (rx_ == Rx::kAwaitAck) {
@@ -423,13 +409,14 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
     advance_tx();
     if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
   }
+  if (sys::sigpipe_raised()) return -EPIPE;  // our Switch found the stream broken: so would the program's write
   switch (tx_) {
     case Tx::kRing:
       return (flags & MSG_OOB) ? send_ring_urgent(iov, iovcnt, flags) : send_ring(iov, iovcnt, flags);
     case Tx::kFramed:
       return send_framed(iov, iovcnt, flags);
     default:
-      return tcp_send(fd_, iov, iovcnt, flags);
+      return tcp_send(iov, iovcnt, flags);
   }
 }
 
@@ -440,15 +427,12 @@ int Connection::send_control(wire::FrameType type, const void* payload, uint32_t
   if (len) memcpy(buf + sizeof h, payload, len);
   // Not a single byte yet: the caller may retry later. Once the first byte
   // left, the frame must be completed.
-  ssize_t n = sys::real().send(fd_, buf, sizeof h + len, MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n < 0) return -errno;
-  if (static_cast<size_t>(n) == sizeof h + len) return 0;
-  return send_all(fd_, buf + n, sizeof h + len - static_cast<size_t>(n));
+  return send_control_bytes(buf, sizeof h + len);
 }
 
 ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
   size_t total = iov_total(iov, iovcnt);
-  if (total == 0) return tcp_send(fd_, iov, iovcnt, flags);
+  if (total == 0) return tcp_send(iov, iovcnt, flags);
   int sflags = flags & (MSG_DONTWAIT | MSG_NOSIGNAL | MSG_MORE);
   size_t done = 0;
   while (done < total) {
@@ -456,7 +440,7 @@ ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
       advance_tx();
       if (tx_ != Tx::kFramed) {
         if (done > 0) return static_cast<ssize_t>(done);
-        return tx_ == Tx::kRing ? send_ring(iov, iovcnt, flags) : tcp_send(fd_, iov, iovcnt, flags);
+        return tx_ == Tx::kRing ? send_ring(iov, iovcnt, flags) : tcp_send(iov, iovcnt, flags);
       }
       size_t len = total - done < wire::kMaxDataFrame ? total - done : wire::kMaxDataFrame;
       wire::FrameHeader h{static_cast<uint32_t>(len), static_cast<uint16_t>(wire::FrameType::kData), 0};
@@ -469,7 +453,7 @@ ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
     if (tx_hdr_left_) parts[n++] = {tx_hdr_ + sizeof tx_hdr_ - tx_hdr_left_, tx_hdr_left_};
     n += iov_slice(iov, iovcnt, done, tx_frame_left_, parts + n, kMaxIov);
     size_t asked = iov_total(parts, n);
-    ssize_t r = tcp_send(fd_, parts, n, sflags);
+    ssize_t r = tcp_send(parts, n, sflags);
     if (r < 0) return done > 0 ? static_cast<ssize_t>(done) : r;
     size_t sent = static_cast<size_t>(r);
     size_t hdr = sent < tx_hdr_left_ ? sent : tx_hdr_left_;
@@ -535,7 +519,7 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
         // only then ask its kernel (a ping draws RST from a closed socket;
         // pinging a live peer could reset it as it closes: tests/interleave).
         pollfd p{fd(), POLLRDHUP, 0};
-        if (sys::real().poll(&p, 1, 0) > 0) {
+        if (sys::wait(&p, 1, 0) > 0) {
           if (p.revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
           else if (p.revents & POLLRDHUP) ping_if_due();
         }

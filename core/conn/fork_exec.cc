@@ -29,6 +29,18 @@ void Connection::settle_handshake() {
   finish_setup(static_cast<int>(config().setup_timeout_ms));
 }
 
+void Connection::settle_before_sandbox() {
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
+  if (in_setup_.load(std::memory_order_relaxed)) {
+    if (role_ == Role::kClient || io_started_.load(std::memory_order_relaxed)) {
+      settle_handshake();  // the Ack of an rdmashim server is on its way: bounded by the setup timeout
+    } else {
+      finish_setup(0);     // an untouched server: only a Hello already here
+    }
+  }
+  prime_options();
+}
+
 // Text: role/rx/tx/want/flags/final/transport, e.g. "s/R/F/R/0/0/shm/1/7/8/9/262144".
 std::string Connection::describe_for_exec() {
   settle_handshake();
@@ -88,25 +100,43 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   return c;
 }
 
+// A sibling passed the Switch: it read (or wrote) every framed byte before
+// it, so whatever frame this process was in the middle of when it forked is
+// stale (sshd's monitor forks while a DATA frame of the client's is half
+// read, and takes the stream back after the pre-authentication child left).
 void Connection::follow_sibling_switch_rx() {
-  if (rx_ == Rx::kFramed && rx_frame_left_ == 0 && rx_hdr_have_ == 0 && ring_ && transport_->switched(Transport::Dir::kRx)) {
+  if (rx_ == Rx::kFramed && ring_ && transport_->switched(Transport::Dir::kRx)) {
+    rx_frame_left_ = rx_hdr_have_ = rx_ctl_have_ = 0;
     rx_ = Rx::kRing;
     rx_ring_.store(true, std::memory_order_release);
   }
 }
 
 void Connection::follow_sibling_switch_tx() {
-  if (tx_ == Tx::kFramed && tx_frame_left_ == 0 && tx_hdr_left_ == 0 && ring_ &&
-      transport_->switched(Transport::Dir::kTx)) {
+  if (tx_ == Tx::kFramed && ring_ && transport_->switched(Transport::Dir::kTx)) {
+    tx_frame_left_ = tx_hdr_left_ = 0;
     tx_ = Tx::kRing;
     tx_want_ = TxWant::kNone;
     tx_ring_.store(true, std::memory_order_release);
   }
 }
 
+// Readiness too: a process that only waits (poll) must see the ring a
+// sibling switched to, not the quiet TCP side. Never blocks.
+void Connection::follow_sibling_switches() {
+  if (!rx_ring_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+    if (rx.owns_lock() && transport_) follow_sibling_switch_rx();
+  }
+  if (!tx_ring_.load(std::memory_order_acquire)) {
+    std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
+    if (tx.owns_lock() && transport_) follow_sibling_switch_tx();
+  }
+}
+
 void Connection::on_fork_child() {
-  file_flags_changed();  // from now on another process can change them
-  timeouts_changed();
+  // The cached options stay true (one open file): a sibling that changes
+  // them moves the transport's options generation (see cacheable()).
   if (!transport_) return;
   if (transport_->survives_fork()) {
     transport_->add_user();
@@ -131,9 +161,13 @@ void Connection::SideLock::release() {
 }
 
 void Connection::SideLock::reacquire() {
-  if (!c_.transport_->shared()) return;
-  c_.transport_->lock(d_);
-  held_ = true;
+  if (c_.transport_->shared()) {
+    c_.transport_->lock(d_);
+    held_ = true;
+  } else if (!c_.transport_->ever_shared()) {
+    return;
+  }
+  // A sibling (maybe gone by now: sshd's pre-authentication child) moved them.
   if (d_ == Transport::Dir::kRx) c_.ring_->resync_rx();
   else c_.ring_->resync_tx();
 }

@@ -24,6 +24,7 @@
 #include "util/misc.h"
 #include "util/process.h"
 #include "util/schedule.h"
+#include "util/user_copy.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
@@ -171,9 +172,15 @@ int Connection::wait_prefix(size_t have, bool block) {
   }
   int timeout = block && now < dl ? static_cast<int>((dl - now + 999'999) / 1'000'000) : 0;
   pollfd p{fd_, POLLIN | POLLRDHUP, 0};
-  int r = sys::real().poll(&p, 1, timeout);
+  int r = sys::wait(&p, 1, timeout);  // the program's own way of sleeping
   // The peer ended (or reset): the message can never complete.
   bool ended = r > 0 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR | POLLNVAL));
+  if (r > 0 && !ended && !(p.revents & POLLRDHUP) && sys::select_like(sys::wait_call())) {
+    // select says "readable" for an end too: no byte past the prefix is one.
+    unsigned char b[wire::kMaxHandshakeMessage + 1];
+    ssize_t n = sys::real().recv(fd_, b, std::min(have + 1, sizeof b), MSG_PEEK | MSG_DONTWAIT);
+    ended = n < 0 ? errno != EAGAIN && errno != EINTR : static_cast<size_t>(n) <= have;
+  }
   if (ended || now_ns() >= dl) {
     end_prefix();
     return 0;
@@ -190,18 +197,20 @@ void Connection::end_prefix() {
   if (v < 0) return;
   if (raised_lowat_ != v) sys::real().setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &v, sizeof v);
   app_lowat_.store(-1, std::memory_order_relaxed);
-  rcvlowat_.store(-1, std::memory_order_relaxed);
+  rcvlowat_.store(v, std::memory_order_relaxed);  // the application's again
 }
 
-// The application set SO_RCVLOWAT (the kernel has it now). While a prefix
-// is pending, it becomes the value to restore, and ours goes back on.
-void Connection::rcvlowat_changed() {
-  rcvlowat_.store(-1, std::memory_order_relaxed);
+// The application set SO_RCVLOWAT (the kernel has it now): its value is kept
+// for the data path (and siblings told). While a prefix is pending, it
+// becomes the value to restore, and ours goes back on.
+void Connection::rcvlowat_changed(int value) {
+  rcvlowat_.store(value, std::memory_order_relaxed);
+  options_shared_changed();
   std::lock_guard<std::mutex> lock(lowat_mu_);
   if (app_lowat_.load(std::memory_order_relaxed) < 0) return;
-  int v = 1;
+  int v = value;
   socklen_t len = sizeof v;
-  if (sys::real().getsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1) v = 1;
+  if (v < 1 && (sys::real().getsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1)) v = 1;
   app_lowat_.store(v, std::memory_order_relaxed);
   int want = std::max(prefix_need_, v);
   raised_lowat_ = v;
@@ -424,8 +433,14 @@ void Connection::adopt(std::unique_ptr<Transport> t) {
   ring_.reset(new (std::nothrow) RingChannel(t->link()));
   if (!ring_) return;
   transport_ = std::move(t);
-  std::lock_guard<std::mutex> lock(wake_mu_);
-  wake_fd_ = transport_->link().wait_fd();
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    wake_fd_ = transport_->link().wait_fd();
+  }
+  prepare_user_copy();  // the ring's copies need it, maybe after a filter went in
+  // Under a filter, ask now (the handshake's calls went through): the data
+  // path may not ask later. Otherwise lazily, at the first wait.
+  if (sandbox() != Sandbox::kNone) prime_options();
 }
 
 // Both locks held: the peer said Plain, so its direction is raw from now on
@@ -453,7 +468,7 @@ int Connection::finish_setup(int timeout_ms) {
       break;
     }
     pollfd p{fd_, POLLIN, 0};
-    sys::real().poll(&p, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
+    sys::wait(&p, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
   }
   // A server switches its own direction once the client has attached.
   while (r == 0 && role_ == Role::kServer && tx_ == Tx::kFramed && transport_ && !transport_->peer_attached()) {

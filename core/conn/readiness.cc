@@ -9,6 +9,7 @@
 
 #include <cerrno>
 
+#include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/misc.h"
 #include "util/signals.h"
@@ -78,8 +79,16 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);
     if (timeout < 0 || ms < timeout) timeout = ms;
   }
-  int r = sys::real().poll(p, 2, timeout);
+  int r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
   int e = errno;
+  if (r < 0 && e == EINVAL) {
+    // Fewer than two descriptors allowed (RLIMIT_NOFILE: OpenSSH's sandbox
+    // sets 1): the doorbell alone, a slice at a time, and the TCP side is
+    // looked at (without waiting) in between.
+    r = sys::wait(p, 1, timeout < 0 || timeout > kPingIntervalMs ? kPingIntervalMs : timeout);
+    e = errno;
+    p[1].revents = tcp_events;
+  }
   link.finish_sleep();
   if (r < 0) {
     if (e != EINTR) return -e;
@@ -105,6 +114,10 @@ void Connection::ping_if_due() {
 
 short Connection::poll_events(short want, short kernel) {
   if (orphaned_) return static_cast<short>((POLLERR | POLLHUP | (want & (POLLIN | POLLOUT))));
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
+  if (!passthrough() && (!rx_ring_.load(std::memory_order_relaxed) || !tx_ring_.load(std::memory_order_relaxed))) {
+    follow_sibling_switches();
+  }
   if (!rx_ring_.load(std::memory_order_acquire) && !passthrough()) {
     // A pending prefix keeps the kernel quiet (SO_RCVLOWAT) until its deadline:
     // then its bytes are the application's, so look as if they just came.
@@ -176,7 +189,7 @@ short Connection::consume_setup_bytes(short kernel) {
   if (!readable) return static_cast<short>(kernel & ~kIn);
   if (consumed && rx_ != Rx::kRing) {
     pollfd p{fd_, kIn, 0};
-    sys::real().poll(&p, 1, 0);
+    sys::wait(&p, 1, 0);
     kernel = static_cast<short>((kernel & ~kIn) | (p.revents & kIn));
   }
   return kernel;

@@ -8,11 +8,15 @@
 #include <cerrno>
 
 #include "conn/connection.h"
+#include "sys/calls.h"
 
 namespace rdmashim {
 
 ssize_t Connection::recv_to(size_t len, int flags, Sink sink, void* ctx) {
   io_started_.store(true, std::memory_order_relaxed);
+  // splice()/sendfile() have no socket call family of their own: the socket
+  // is read the way the program last read or wrote it (sys/calls.h).
+  sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   if (orphaned_) return -ECONNRESET;
   std::lock_guard<std::mutex> lock(rx_mu_);
   follow_sibling_switch_rx();

@@ -26,8 +26,15 @@ class Transport {
   virtual void add_user() {}
   virtual void remove_user() {}
   virtual bool shared() const { return false; }
+  // Some other process used this side at some point (it may have moved the cursors).
+  virtual bool ever_shared() const { return false; }
   virtual void lock(Dir) {}
   virtual void unlock(Dir) {}
+  // Changes of the socket's options (O_NONBLOCK, timeouts, SO_RCVLOWAT) by
+  // any process sharing this side: each process re-reads its cached values
+  // when the generation moved. bump returns the new generation.
+  virtual uint32_t options_generation() const { return 0; }
+  virtual uint32_t bump_options_generation() { return 0; }
   // A direction passed its Switch (in this process or a sibling).
   virtual void mark_switched(Dir) {}
   virtual bool switched(Dir) const { return false; }

@@ -52,6 +52,12 @@ struct alignas(64) SideState {
   // did it: its siblings follow without seeing the frame themselves.
   std::atomic<uint32_t> rx_switched{0};
   std::atomic<uint32_t> tx_switched{0};
+  // Bumped by any process of this side that changed the socket's options
+  // (O_NONBLOCK, timeouts, SO_RCVLOWAT): its siblings re-read their caches.
+  std::atomic<uint32_t> options_gen{0};
+  // Set once a second process used this side: a process left alone again
+  // still re-reads the cursors its siblings moved.
+  std::atomic<uint32_t> ever_shared{0};
 };
 
 struct SegmentHeader {
@@ -67,6 +73,8 @@ constexpr size_t kHeaderBytes = 4096;
 
 static_assert(sizeof(SideState) == 192);
 static_assert(offsetof(SideState, users) == 136);
+static_assert(offsetof(SideState, options_gen) == 156);
+static_assert(offsetof(SideState, ever_shared) == 160);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");

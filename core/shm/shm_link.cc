@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "sys/sys.h"
+#include "util/process.h"
 
 namespace rdmashim::shm {
 
@@ -62,11 +63,12 @@ void ShmLink::finish_sleep() {
 // MADV_REMOVE on our shared writable mapping frees the memfd's pages (in
 // both processes; a later write gets a fresh zero page), as a hole punch
 // would, and works under the F_SEAL_SHRINK | F_SEAL_GROW seals. madvise is
-// a call even strict sandboxes allow (malloc makes it); should the kernel
-// refuse anyway, we stop asking.
+// a call most sandboxes allow (malloc makes it), but not with every advice
+// (OpenSSH's filter fails MADV_REMOVE, stricter ones kill): under a seccomp
+// filter the pages stay; should the kernel refuse anyway, we stop asking.
 bool ShmLink::punch(unsigned char* ring, size_t len) {
   static std::atomic<bool> refused{false};
-  if (len == 0 || refused.load(std::memory_order_relaxed)) return false;
+  if (len == 0 || refused.load(std::memory_order_relaxed) || sandbox() != Sandbox::kNone) return false;
   if (madvise(ring, len, MADV_REMOVE) == 0) return true;
   refused.store(true, std::memory_order_relaxed);
   return false;

@@ -29,7 +29,13 @@ class ShmTransport final : public Transport {
   Link& link() override { return link_; }
   void mark_attached() override { link_.mark_attached(); }
   bool peer_attached() const override { return link_.peer_attached(); }
-  void add_user() override { link_.mine().users.fetch_add(1, std::memory_order_acq_rel); }
+  void add_user() override {
+    link_.mine().ever_shared.store(1, std::memory_order_relaxed);
+    link_.mine().users.fetch_add(1, std::memory_order_acq_rel);
+  }
+  bool ever_shared() const override {
+    return const_cast<ShmLink&>(link_).mine().ever_shared.load(std::memory_order_relaxed) != 0;
+  }
   void remove_user() override { link_.mine().users.fetch_sub(1, std::memory_order_acq_rel); }
   bool shared() const override {
     return const_cast<ShmLink&>(link_).mine().users.load(std::memory_order_acquire) > 1;
@@ -40,6 +46,12 @@ class ShmTransport final : public Transport {
   bool switched(Dir d) const override {
     SideState& s = const_cast<ShmLink&>(link_).mine();
     return (d == Dir::kRx ? s.rx_switched : s.tx_switched).load(std::memory_order_acquire) != 0;
+  }
+  uint32_t options_generation() const override {
+    return const_cast<ShmLink&>(link_).mine().options_gen.load(std::memory_order_acquire);
+  }
+  uint32_t bump_options_generation() override {
+    return link_.mine().options_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   void lock(Dir d) override;
   void unlock(Dir d) override;

@@ -11,6 +11,7 @@
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/misc.h"
+#include "util/process.h"
 
 namespace rdmashim {
 namespace {
@@ -50,7 +51,8 @@ int runnable_tasks() {
 
 uint32_t spin_budget_us() {
   uint32_t budget = config().spin_us;
-  if (budget == 0) return 0;
+  // Spinning yields the core and samples /proc/loadavg: calls a sandbox may forbid.
+  if (budget == 0 || sandbox() != Sandbox::kNone) return 0;
   uint64_t now = now_ns();
   uint64_t next = g_next_sample.load(std::memory_order_relaxed);
   if (now >= next && g_next_sample.compare_exchange_strong(next, now + kSampleNs, std::memory_order_relaxed)) {

@@ -67,6 +67,8 @@ void do_memcpy(void* arg) {
 
 }  // namespace
 
+void prepare_user_copy() { pthread_once(&g_once, install); }
+
 __attribute__((noinline)) bool guarded_user_access(const void* user, size_t len, void (*fn)(void*), void* arg) {
   pthread_once(&g_once, install);
   Guard& g = t_guard;

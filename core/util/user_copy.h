@@ -16,4 +16,8 @@ bool guarded_user_access(const void* user, size_t len, void (*fn)(void*), void* 
 // memcpy(dst, src, n) where one side is application memory (`user`).
 bool copy_user(void* dst, const void* src, size_t n, const void* user);
 
+// Installs the fault handlers now (otherwise at the first guarded copy):
+// a seccomp filter that comes later may forbid rt_sigaction.
+void prepare_user_copy();
+
 }  // namespace rdmashim

@@ -196,6 +196,57 @@ SCENARIO(proc_parent_then_child, 2) {
       });
 }
 
+// sshd's privilege separation: the parent reads part of the client's first
+// bytes (byte by byte, up to a newline) before the stream is on the ring,
+// forks a child that reads the rest and everything after (past the Switch),
+// and takes the stream back once the child is gone, starting with poll().
+SCENARIO(proc_child_takes_over_then_parent_polls, 2) {
+  PairOpts cold;
+  cold.warm = false;
+  run_pair(
+      [](Pair& p) {
+        p.ctl.sync();  // the client's first bytes went out before anything of ours was read
+        char line[16];
+        size_t n = 0;
+        while (n < sizeof line && (n == 0 || line[n - 1] != '\n')) read_exact(p.fd, line + n++, 1);
+        T("parent read %s byte by byte", quote(line, n).c_str());
+        pid_t kid = spawn("server-child", [&] {
+          char b[16];
+          read_exact(p.fd, b, 4);
+          T("read %s", quote(b, 4).c_str());
+          p.ctl.sync();  // the client writes more
+          read_exact(p.fd, b, 10);
+          T("read %s", quote(b, 10).c_str());
+          write_all(p.fd, "child-reply", 11);
+          close(p.fd);
+        });
+        reap(kid, "server-child");
+        p.ctl.sync();  // the client writes to the parent now
+        short ev = poll_until(p.fd, POLLIN, POLLIN);
+        T("parent poll = %s", pollev(ev).c_str());
+        char b[9];
+        read_exact(p.fd, b, 9);
+        T("parent read %s", quote(b, 9).c_str());
+        write_all(p.fd, "parent-reply", 12);
+        p.ctl.sync();
+      },
+      [](Pair& p) {
+        write_all(p.fd, "banner\r\nREST", 12);
+        p.ctl.sync();
+        p.ctl.sync();
+        write_all(p.fd, "after-fork", 10);
+        char b[16];
+        read_exact(p.fd, b, 11);
+        T("got %s", quote(b, 11).c_str());
+        p.ctl.sync();
+        write_all(p.fd, "to-parent", 9);
+        read_exact(p.fd, b, 12);
+        T("got %s", quote(b, 12).c_str());
+        p.ctl.sync();
+      },
+      cold);
+}
+
 SCENARIO(proc_parent_child_alternate, 2) {
   run_pair(
       [](Pair& p) {
