@@ -29,7 +29,7 @@ namespace rdmashim {
 
 using conn_internal::send_all;
 
-std::unique_ptr<Connection> Connection::make_client(int fd) {
+std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   if (!upgrades_allowed()) {
     stats::count(stats::Outcome::kTcpPolicy);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpPolicy));
@@ -37,6 +37,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
   }
   std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
   if (!c) return nullptr;
+  c->announce_ = std::move(announce);
   // Shared memory to a peer on this host, verbs to one elsewhere (or to any
   // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
   const Config& cfg = config();
@@ -240,6 +241,36 @@ int Connection::detect_hello(int flags, bool may_wait) {
   bool has_params = params_of(msg, len, &params);
   handle_hello(hello, has_params ? &params : nullptr);
   return 0;
+}
+
+// Both locks held; our application is about to write first. A client under
+// rdmashim on this host announced itself before connecting (see
+// discovery::client_announced): for it we wait until its Hello is here, so
+// a server that speaks first upgrades every time. A plain client of this
+// host is not waited for at all. A peer on another host cannot be asked
+// cheaply: it gets a short grace, as a Hello sent right after connect()
+// usually lands within it.
+void Connection::await_hello_before_speaking() {
+  constexpr uint64_t kRemoteGraceNs = 1'000'000;
+  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return;
+  bool local = false;
+  bool announced = discovery::client_announced(fd_, &local);
+  if (!announced && local) return;
+  uint64_t now = now_ns();
+  uint64_t until = announced ? now + uint64_t{config().setup_timeout_ms} * 1'000'000 : created_ns_ + kRemoteGraceNs;
+  while (rx_ == Rx::kDetectHello && now < until) {
+    pollfd p{fd_, POLLIN, 0};
+    // In slices: a client that gives up without a Hello withdraws its
+    // announcement, and then we stop waiting (after one last look).
+    int slice = announced ? 5 : static_cast<int>((until - now + 999'999) / 1'000'000);
+    sys::real().poll(&p, 1, slice);
+    if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN) return;
+    if (announced && p.revents == 0 && !discovery::client_announced(fd_, &local)) {
+      (void)detect_hello(MSG_DONTWAIT, false);
+      return;
+    }
+    now = now_ns();
+  }
 }
 
 // Both locks held. The client frames everything after its Hello.

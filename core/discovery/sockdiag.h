@@ -1,0 +1,41 @@
+// Asking the kernel who owns a socket (NETLINK_SOCK_DIAG), so that names in
+// the abstract unix namespace, which anyone may bind, are only believed when
+// their owner is the owner of the TCP socket they speak for.
+//
+// Every query is one exact lookup (no dump): a netlink socket opened and
+// closed per call (a cached one could be closed or replaced by the
+// application's closefrom()), a few microseconds each.
+#pragma once
+
+#include <sys/socket.h>
+
+#include <cstdint>
+
+namespace rdmashim::discovery {
+
+// Normalized view of an AF_INET/AF_INET6 endpoint; IPv4-mapped IPv6 is IPv4.
+struct Endpoint {
+  int family = 0;  // AF_INET or AF_INET6, 0 if not TCP-capable
+  unsigned char addr[16] = {};
+  uint16_t port = 0;  // host order
+  uint32_t scope = 0;
+};
+Endpoint normalize(const sockaddr* sa, socklen_t len);
+
+struct TcpOwner {
+  uint32_t uid = 0;
+  uint32_t inode = 0;
+  uint8_t state = 0;  // TCP_LISTEN, TCP_ESTABLISHED, ...
+};
+
+// The TCP socket of this network namespace that a segment from `remote` to
+// `local` reaches: the connected socket with that 4-tuple, else the listener
+// the kernel would hand it to (`remote` may be an empty Endpoint for that:
+// the listener of `local`). False if none (or the lookup failed).
+bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out);
+
+// The owner uid of the unix socket that `fd` (a connected unix socket of
+// ours) is connected to.
+bool unix_peer_uid(int fd, uint32_t* uid);
+
+}  // namespace rdmashim::discovery
