@@ -17,6 +17,7 @@
 
 #include "conn/connection_internal.h"
 #include "discovery/registry.h"
+#include "discovery/sockdiag.h"
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
@@ -55,13 +56,14 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
   }
-  if (offer & wire::kTransportShm) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
+  bool have_nonce = random_bytes(c->nonce_, sizeof c->nonce_);
+  if (have_nonce && (offer & wire::kTransportShm)) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
   if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
   struct {
     wire::Hello hello;
     wire::ParamsFrame params;
   } msg{};
-  if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
+  if (offer == 0 || !have_nonce) {
     stats::count(stats::Outcome::kTcpSetupFailed);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
     return nullptr;
@@ -328,7 +330,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       random_bytes(ack.token, sizeof ack.token)) {
     int err = 0;
     size_t ring = tcp_equivalent_ring_size(fd_);
-    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, ack.token, &err);
+    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, hello.nonce, ack.token, &err);
     if (t) {
       ack.transport = wire::kTransportShm;
       ack.ring_size = static_cast<uint32_t>(ring);
@@ -338,6 +340,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
+  if (!transport_) ack.fallback = failure == stats::Outcome::kTcpPolicy ? wire::kFallbackPolicy : wire::kFallbackSetupFailed;
   if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
     tx_ = Tx::kRaw;
@@ -388,8 +391,14 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   int err = -EPROTO;
   stats::Outcome ok = stats::Outcome::kShm;
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
-    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
-    if (t) adopt(std::move(t));
+    // The descriptors must come from the user that owns the server's end
+    // of this connection (it is on this host: we offered shared memory).
+    discovery::TcpOwner server;
+    err = -ESRCH;
+    if (discovery::tcp_peer_owner(fd_, &server)) {
+      auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), nonce_, ack.token, server.uid, ack.ring_size, &err);
+      if (t) adopt(std::move(t));
+    }
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
              ack.ring_size == verbs_->local_params().ring_size) {
     // The server's QP is already connected to ours: once ours is, we may write.
@@ -402,7 +411,9 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
     if (ack.transport != 0) RDMASHIM_DEBUG("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
     tx_go_plain();
-    settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
+    // The server says why it declined (an older one does not: policy).
+    bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed;
+    settle(declined_by_policy ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
     return;
   }

@@ -208,22 +208,11 @@ UniqueFd announce_client(int fd) {
 }
 
 bool client_announced(int fd, bool* local) {
-  *local = false;
-  sockaddr_storage self{}, peer{};
-  socklen_t slen = sizeof self, plen = sizeof peer;
-  if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &slen) != 0 ||
-      sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
-    return false;
-  }
   // The client's own socket, if it is in this namespace: its inode names the
   // announcement, its owner must own the announcement too.
   TcpOwner client;
-  if (!tcp_owner(normalize(reinterpret_cast<sockaddr*>(&peer), plen), normalize(reinterpret_cast<sockaddr*>(&self), slen),
-                 &client) ||
-      client.state == kTcpListen) {
-    return false;
-  }
-  *local = true;
+  *local = tcp_peer_owner(fd, &client);
+  if (!*local) return false;
   int saved = errno;
   UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_un name;

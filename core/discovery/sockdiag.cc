@@ -125,6 +125,21 @@ bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out) {
   return true;
 }
 
+bool tcp_peer_owner(int fd, TcpOwner* out) {
+  sockaddr_storage self{}, peer{};
+  socklen_t slen = sizeof self, plen = sizeof peer;
+  if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &slen) != 0 ||
+      sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) != 0) {
+    return false;
+  }
+  // Looked up from the peer's side: local is its address, remote ours. With
+  // no such connected socket the kernel would name a listener: not a peer.
+  constexpr uint8_t kTcpListen = 10;
+  return tcp_owner(normalize(reinterpret_cast<sockaddr*>(&peer), plen),
+                   normalize(reinterpret_cast<sockaddr*>(&self), slen), out) &&
+         out->state != kTcpListen;
+}
+
 bool unix_peer_uid(int fd, uint32_t* uid) {
   struct stat st{};
   if (fstat(fd, &st) != 0) return false;

@@ -34,6 +34,10 @@ struct TcpOwner {
 // the listener of `local`). False if none (or the lookup failed).
 bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out);
 
+// The socket at the other end of the connected TCP socket `fd`, if it is in
+// this network namespace (false for a peer on another host).
+bool tcp_peer_owner(int fd, TcpOwner* out);
+
 // The owner uid of the unix socket that `fd` (a connected unix socket of
 // ours) is connected to.
 bool unix_peer_uid(int fd, uint32_t* uid);

@@ -289,7 +289,7 @@ void expect_negative_ack_for(uint16_t version, uint16_t flags, const char* outco
   memset(h.nonce, 0x33, sizeof h.nonce);
   // A live rendezvous, as a real client has: only the version check stands
   // between this Hello and an offer of shared memory.
-  UniqueFd rendezvous = shm::open_rendezvous(h.rendezvous);
+  UniqueFd rendezvous = shm::open_rendezvous(h.rendezvous, h.nonce);
   ASSERT_TRUE(rendezvous);
   ASSERT_EQ(write(t.client, &h, sizeof h), 64);
   const wire::FrameHeader plain{0, static_cast<uint16_t>(wire::FrameType::kPlain), 0};
