@@ -45,7 +45,6 @@ socklen_t client_name(uint32_t inode, sockaddr_un* out) {
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-constexpr uint8_t kTcpListen = 10;  // TCP_LISTEN in the kernel's numbering
 
 bool is_loopback(const Endpoint& e) {
   if (e.family == AF_INET) return e.addr[0] == 127;
@@ -162,8 +161,9 @@ bool is_local_address(const sockaddr* sa, socklen_t len) {
 static bool advert_owns_listener(int probe, const Endpoint& e) {
   uint32_t advertiser = 0;
   TcpOwner listener;
-  if (!unix_peer_uid(probe, &advertiser)) return false;
-  if (!tcp_owner(e, Endpoint{}, &listener) || listener.state != kTcpListen) return false;
+  Diag diag;
+  if (!diag.unix_peer_uid(probe, &advertiser)) return false;
+  if (!diag.tcp_owner(e, Endpoint{}, &listener) || listener.state != kTcpListen) return false;
   if (listener.uid == advertiser) return true;
   RDMASHIM_DEBUG("ignoring the advertisement of port %u: owned by uid %u, the listener by uid %u", e.port,
                  advertiser, listener.uid);
@@ -211,7 +211,8 @@ bool client_announced(int fd, bool* local) {
   // The client's own socket, if it is in this namespace: its inode names the
   // announcement, its owner must own the announcement too.
   TcpOwner client;
-  *local = tcp_peer_owner(fd, &client);
+  Diag diag;
+  *local = diag.tcp_peer_owner(fd, &client);
   if (!*local) return false;
   int saved = errno;
   UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
@@ -219,7 +220,7 @@ bool client_announced(int fd, bool* local) {
   socklen_t n = client_name(client.inode, &name);
   uint32_t owner = 0;
   bool yes = probe && sys::real().connect(probe.get(), reinterpret_cast<sockaddr*>(&name), n) == 0 &&
-             unix_peer_uid(probe.get(), &owner) && owner == client.uid;
+             diag.unix_peer_uid(probe.get(), &owner) && owner == client.uid;
   errno = saved;
   return yes;
 }

@@ -16,22 +16,26 @@
 namespace rdmashim::discovery {
 namespace {
 
+}  // namespace
+
+Diag::Diag() : nl_(sys::real().socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
+
 // Sends one request and copies the first answer into `reply`. Returns the
 // answer's payload length, or -1 (no such socket, or the query failed).
-int diag_query(nlmsghdr* req, void* reply, size_t cap) {
+int Diag::query(void* request, void* reply, size_t cap) {
   const auto& sys = sys::real();
-  UniqueFd nl(sys.socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG));
-  if (!nl) return -1;
+  auto* req = static_cast<nlmsghdr*>(request);
+  if (!nl_) return -1;
   req->nlmsg_type = SOCK_DIAG_BY_FAMILY;
   req->nlmsg_flags = NLM_F_REQUEST;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sys.sendto(nl.get(), req, req->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) !=
+  if (sys.sendto(nl_.get(), req, req->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) !=
       static_cast<ssize_t>(req->nlmsg_len)) {
     return -1;
   }
   alignas(nlmsghdr) unsigned char buf[1024];
-  ssize_t n = sys.recv(nl.get(), buf, sizeof buf, 0);
+  ssize_t n = sys.recv(nl_.get(), buf, sizeof buf, 0);
   auto* h = reinterpret_cast<nlmsghdr*>(buf);
   if (n < static_cast<ssize_t>(sizeof *h) || !NLMSG_OK(h, static_cast<unsigned>(n)) ||
       h->nlmsg_type != SOCK_DIAG_BY_FAMILY) {
@@ -44,7 +48,7 @@ int diag_query(nlmsghdr* req, void* reply, size_t cap) {
 }
 
 // One unix socket by inode: the attribute `want` (a u32) of UDIAG_SHOW_* `show`.
-bool unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out) {
+bool Diag::unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out) {
   struct {
     nlmsghdr h;
     unix_diag_req r;
@@ -55,7 +59,7 @@ bool unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out) {
   req.r.udiag_show = show;
   req.r.udiag_cookie[0] = req.r.udiag_cookie[1] = INET_DIAG_NOCOOKIE;
   alignas(unix_diag_msg) unsigned char buf[512];
-  int n = diag_query(&req.h, buf, sizeof buf);
+  int n = query(&req, buf, sizeof buf);
   if (n < static_cast<int>(sizeof(unix_diag_msg))) return false;
   if (reinterpret_cast<unix_diag_msg*>(buf)->udiag_ino != inode) return false;
   int off = NLMSG_ALIGN(sizeof(unix_diag_msg));
@@ -71,8 +75,6 @@ bool unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out) {
   }
   return false;
 }
-
-}  // namespace
 
 Endpoint normalize(const sockaddr* sa, socklen_t len) {
   Endpoint e;
@@ -97,7 +99,7 @@ Endpoint normalize(const sockaddr* sa, socklen_t len) {
   return e;
 }
 
-bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out) {
+bool Diag::tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out) {
   if (local.family == 0 || (remote.family != 0 && remote.family != local.family)) return false;
   struct {
     nlmsghdr h;
@@ -116,7 +118,7 @@ bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out) {
   req.r.id.idiag_cookie[0] = req.r.id.idiag_cookie[1] = INET_DIAG_NOCOOKIE;
   inet_diag_msg m{};
   int saved = errno;
-  int n = diag_query(&req.h, &m, sizeof m);
+  int n = query(&req, &m, sizeof m);
   errno = saved;
   if (n < static_cast<int>(sizeof m)) return false;
   out->uid = m.idiag_uid;
@@ -125,7 +127,7 @@ bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out) {
   return true;
 }
 
-bool tcp_peer_owner(int fd, TcpOwner* out) {
+bool Diag::tcp_peer_owner(int fd, TcpOwner* out) {
   sockaddr_storage self{}, peer{};
   socklen_t slen = sizeof self, plen = sizeof peer;
   if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&self), &slen) != 0 ||
@@ -134,13 +136,12 @@ bool tcp_peer_owner(int fd, TcpOwner* out) {
   }
   // Looked up from the peer's side: local is its address, remote ours. With
   // no such connected socket the kernel would name a listener: not a peer.
-  constexpr uint8_t kTcpListen = 10;
   return tcp_owner(normalize(reinterpret_cast<sockaddr*>(&peer), plen),
                    normalize(reinterpret_cast<sockaddr*>(&self), slen), out) &&
          out->state != kTcpListen;
 }
 
-bool unix_peer_uid(int fd, uint32_t* uid) {
+bool Diag::unix_peer_uid(int fd, uint32_t* uid) {
   struct stat st{};
   if (fstat(fd, &st) != 0) return false;
   int saved = errno;

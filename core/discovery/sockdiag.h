@@ -2,14 +2,16 @@
 // the abstract unix namespace, which anyone may bind, are only believed when
 // their owner is the owner of the TCP socket they speak for.
 //
-// Every query is one exact lookup (no dump): a netlink socket opened and
-// closed per call (a cached one could be closed or replaced by the
-// application's closefrom()), a few microseconds each.
+// Every query is one exact lookup (no dump) on a netlink socket that a Diag
+// opens for its lifetime (one question's worth: a socket kept longer could
+// be closed or replaced by the application's closefrom()).
 #pragma once
 
 #include <sys/socket.h>
 
 #include <cstdint>
+
+#include "util/unique_fd.h"
 
 namespace rdmashim::discovery {
 
@@ -22,24 +24,36 @@ struct Endpoint {
 };
 Endpoint normalize(const sockaddr* sa, socklen_t len);
 
+constexpr uint8_t kTcpListen = 10;  // TCP_LISTEN in the kernel's numbering
+
 struct TcpOwner {
   uint32_t uid = 0;
   uint32_t inode = 0;
   uint8_t state = 0;  // TCP_LISTEN, TCP_ESTABLISHED, ...
 };
 
-// The TCP socket of this network namespace that a segment from `remote` to
-// `local` reaches: the connected socket with that 4-tuple, else the listener
-// the kernel would hand it to (`remote` may be an empty Endpoint for that:
-// the listener of `local`). False if none (or the lookup failed).
-bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out);
+// One netlink socket for a few queries.
+class Diag {
+ public:
+  Diag();
+  // The TCP socket of this network namespace that a segment from `remote`
+  // to `local` reaches: the connected socket with that 4-tuple, else the
+  // listener the kernel would hand it to (`remote` may be an empty Endpoint
+  // for that: the listener of `local`). False if none (or the lookup failed).
+  bool tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* out);
+  // The socket at the other end of the connected TCP socket `fd`, if it is
+  // in this network namespace (false for a peer on another host).
+  bool tcp_peer_owner(int fd, TcpOwner* out);
+  // The owner uid of the unix socket that `fd` (a connected unix socket of
+  // ours) is connected to.
+  bool unix_peer_uid(int fd, uint32_t* uid);
 
-// The socket at the other end of the connected TCP socket `fd`, if it is in
-// this network namespace (false for a peer on another host).
-bool tcp_peer_owner(int fd, TcpOwner* out);
+ private:
+  int query(void* req, void* reply, size_t cap);
+  bool unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out);
+  UniqueFd nl_;
+};
 
-// The owner uid of the unix socket that `fd` (a connected unix socket of
-// ours) is connected to.
-bool unix_peer_uid(int fd, uint32_t* uid);
+inline bool tcp_peer_owner(int fd, TcpOwner* out) { return Diag().tcp_peer_owner(fd, out); }
 
 }  // namespace rdmashim::discovery
