@@ -304,6 +304,7 @@ void expect_negative_ack_for(uint16_t version, uint16_t flags, const char* outco
   EXPECT_EQ(memcmp(ack.magic, wire::kAckMagic, 8), 0);
   EXPECT_EQ(ack.version, wire::kVersion);
   EXPECT_EQ(ack.transport, 0) << "version " << version << " flags " << flags;
+  EXPECT_EQ(ack.fallback, wire::kFallbackSetupFailed);  // so the client logs the same reason
   EXPECT_EQ(memcmp(ack.nonce, h.nonce, sizeof ack.nonce), 0);
   ASSERT_EQ(send_all(*server, "pong", 4), 4);  // raw after a negative Ack
   ASSERT_EQ(recv(t.client, buf, 4, MSG_WAITALL), 4);
@@ -318,6 +319,35 @@ TEST(Connection, HelloOfAnUnknownVersionGetsANegativeAck) {
 TEST(Connection, HelloWithAnUnknownMustUnderstandFlagGetsANegativeAck) {
   expect_negative_ack_for(wire::kVersion, 0x0001, "tcp:setup-failed");
   expect_negative_ack_for(wire::kVersion, 0x0080, "tcp:setup-failed");
+}
+
+// A negative Ack says why; the client counts that reason (an older server's
+// Ack says nothing: policy, as before).
+TEST(Connection, ClientLogsTheReasonOfANegativeAck) {
+  const struct {
+    uint8_t fallback;
+    const char* outcome;
+  } cases[] = {{wire::kFallbackSetupFailed, "tcp:setup-failed"},
+               {wire::kFallbackPolicy, "tcp:policy"},
+               {wire::kFallbackUnsaid, "tcp:policy"}};
+  for (const auto& c : cases) {
+    TcpPair t;
+    std::unique_ptr<Connection> client(Connection::make_client(t.client));
+    ASSERT_TRUE(client);
+    wire::Hello h{};
+    ASSERT_EQ(recv(t.server, &h, sizeof h, MSG_WAITALL), static_cast<ssize_t>(sizeof h));
+    wire::Ack ack{};
+    memcpy(ack.magic, wire::kAckMagic, 8);
+    ack.version = wire::kVersion;
+    memcpy(ack.nonce, h.nonce, sizeof ack.nonce);
+    ack.fallback = c.fallback;
+    ASSERT_EQ(write(t.server, &ack, sizeof ack), static_cast<ssize_t>(sizeof ack));
+    ASSERT_EQ(write(t.server, "pong", 4), 4);  // raw after a negative Ack
+    char buf[4];
+    ASSERT_EQ(recv_some(*client, buf, 4, MSG_WAITALL), 4);
+    EXPECT_EQ(memcmp(buf, "pong", 4), 0);
+    EXPECT_STREQ(client->transport_name(), c.outcome) << "fallback " << int{c.fallback};
+  }
 }
 
 TEST(Connection, HelloWithOnlyOptionalFlagsStillUpgrades) {
