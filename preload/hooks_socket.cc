@@ -27,6 +27,7 @@
 #include "preload.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/process.h"
 #include "util/stats.h"
 
 namespace rdmashim::preload {
@@ -232,7 +233,8 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   // with it the advertisement, the moment it has accepted us.
   bool advertised = ours && discovery::peer_advertised(addr, len);
   // Before the SYN: a server that speaks first must find it at accept.
-  UniqueFd announce = advertised ? discovery::announce_client(fd) : UniqueFd();
+  // Only from a client that will send a Hello (no server waits in vain).
+  UniqueFd announce = advertised && upgrades_allowed() ? discovery::announce_client(fd) : UniqueFd();
   errno = saved;
   int r = real().connect(fd, addr, len);
   if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
