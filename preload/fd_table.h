@@ -41,6 +41,7 @@ struct Entry {
   sockaddr_storage peer{};           // kPending: where it connects
   socklen_t peer_len = 0;
   bool advertised = false;           // kPending: the peer advertised before we connected
+  UniqueFd announce;                 // kPending: our announcement (discovery::announce_client)
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one
   // that is open, so closing the original while a duplicate lives is fine.
   static constexpr int kMaxAliases = 16;

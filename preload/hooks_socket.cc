@@ -27,6 +27,7 @@
 #include "preload.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/process.h"
 #include "util/schedule.h"
 #include "util/stats.h"
 
@@ -193,7 +194,7 @@ static void remember_plain(int fd) {
 // `advertised`: the rules or the same-host registry, asked before connect().
 // Another host is asked over RDMA-CM now that the connection exists (asked
 // before, a server not up yet would be cached as plain for a minute).
-void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) {
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce) {
   if (!advertised) advertised = discovery::probe_remote(peer, len);
   if (!advertised) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
@@ -203,7 +204,7 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised) 
     remember_plain(fd);
     return;
   }
-  std::unique_ptr<Connection> conn = Connection::make_client(fd);
+  std::unique_ptr<Connection> conn = Connection::make_client(fd, std::move(announce));
   if (!conn) {
     remember_plain(fd);
     return;
@@ -260,17 +261,21 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   // Asked before connecting: a one-shot server may close its listener, and
   // with it the advertisement, the moment it has accepted us.
   bool advertised = ours && discovery::peer_advertised(addr, len);
+  // Before the SYN: a server that speaks first must find it at accept.
+  // Only from a client that will send a Hello (no server waits in vain).
+  UniqueFd announce = advertised && upgrades_allowed() ? discovery::announce_client(fd) : UniqueFd();
   errno = saved;
   int r = real().connect(fd, addr, len);
   if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
   saved = errno;
   if (r == 0) {
-    track_client(fd, addr, len, advertised);
+    track_client(fd, addr, len, advertised, std::move(announce));
   } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
     memcpy(&e->peer, addr, len < sizeof e->peer ? len : sizeof e->peer);
     e->peer_len = len;
     e->advertised = advertised;
+    e->announce = std::move(announce);
     attach(fd, e);
   }
   errno = saved;

@@ -33,7 +33,7 @@ Ref active_stream(int fd);
 // Starts tracking a connected client socket (sends the Hello if its peer
 // advertised rdmashim on this host, as asked before connecting). `peer` is
 // where it connected.
-void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised);
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce);
 
 // Starts tracking an accepted socket handed over across exec (hooks_process.cc).
 // All names must be one socket (checked); the first becomes the connection's.

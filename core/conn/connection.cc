@@ -77,6 +77,7 @@ const char* Connection::transport_name() const { return stats::name(outcome_); }
 void Connection::settle(stats::Outcome o) {
   if (settled_) return;
   settled_ = true;
+  announce_.reset();  // a server waiting for our Hello has it, or need not wait
   outcome_ = o;
   stats::count(o);
   RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));

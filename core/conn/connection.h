@@ -53,7 +53,9 @@ class Connection {
 
   // A connected client socket whose peer advertised rdmashim on this host:
   // sends the Hello. nullptr if nothing was sent (stay plain).
-  static std::unique_ptr<Connection> make_client(int fd);
+  // `announce`: the client's announcement (discovery::announce_client),
+  // kept until the handshake settles.
+  static std::unique_ptr<Connection> make_client(int fd, UniqueFd announce = UniqueFd());
   // A freshly accepted socket of a listener under rdmashim.
   static std::unique_ptr<Connection> make_server(int fd);
   ~Connection();
@@ -216,6 +218,7 @@ class Connection {
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int wait_prefix(size_t have, bool block);
   void end_prefix();
+  void await_hello_before_speaking();  // server, both locks held
   int detect_hello(int flags, bool may_wait);
   void discard_unread_handshake();
   int await_ack(int flags, bool may_wait);
@@ -292,6 +295,8 @@ class Connection {
   unsigned char nonce_[16] = {};
   unsigned char rendezvous_[shm::kNameBytes] = {};
   UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+  uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
+  UniqueFd announce_;       // the client's announcement, until settled
   std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack
 
   // Framing. A header can arrive, or leave, in pieces.

@@ -22,9 +22,6 @@ namespace rdmashim {
 namespace {
 
 constexpr int kMaxIov = 64;
-// How long a server whose application writes first waits for a Hello that
-// is on its way. A client under rdmashim sends it right after connect().
-constexpr uint64_t kHelloGraceNs = 1'000'000;
 
 }  // namespace
 
@@ -385,13 +382,7 @@ ssize_t Connection::send(const iovec* iov, int iovcnt, int flags, sys::Calls cal
   if (rx.owns_lock()) {
     tx_held_ = true;
     if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
-      // Give a Hello that is on its way a moment to land before we speak.
-      uint64_t now = now_ns();
-      if (now < created_ns_ + kHelloGraceNs) {
-        pollfd p{fd_, POLLIN, 0};
-        sys::wait(&p, 1, static_cast<int>((created_ns_ + kHelloGraceNs - now) / 1'000'000) + 1);
-      }
-      (void)detect_hello(MSG_DONTWAIT, false);
+      await_hello_before_speaking();
     } else if (rx_ == Rx::kAwaitAck) {
       (void)await_ack(MSG_DONTWAIT, false);
     }

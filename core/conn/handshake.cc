@@ -17,6 +17,7 @@
 
 #include "conn/connection_internal.h"
 #include "discovery/registry.h"
+#include "discovery/sockdiag.h"
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
@@ -31,7 +32,7 @@ namespace rdmashim {
 
 using conn_internal::send_all;
 
-std::unique_ptr<Connection> Connection::make_client(int fd) {
+std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   if (!upgrades_allowed()) {
     stats::count(stats::Outcome::kTcpPolicy);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpPolicy));
@@ -39,6 +40,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
   }
   std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
   if (!c) return nullptr;
+  c->announce_ = std::move(announce);
   // Shared memory to a peer on this host, verbs to one elsewhere (or to any
   // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
   const Config& cfg = config();
@@ -56,13 +58,18 @@ std::unique_ptr<Connection> Connection::make_client(int fd) {
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
   }
-  if (offer & wire::kTransportShm) c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_);
+  bool have_nonce = random_bytes(c->nonce_, sizeof c->nonce_);
+  // The descriptors must later come from the user that owns the server's
+  // end of this connection: asked now, while that end surely exists.
+  if (have_nonce && (offer & wire::kTransportShm) && discovery::tcp_server_uid(fd, &c->server_uid_)) {
+    c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
+  }
   if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
   struct {
     wire::Hello hello;
     wire::ParamsFrame params;
   } msg{};
-  if (offer == 0 || !random_bytes(c->nonce_, sizeof c->nonce_)) {
+  if (offer == 0 || !have_nonce) {
     stats::count(stats::Outcome::kTcpSetupFailed);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
     return nullptr;
@@ -286,6 +293,36 @@ int Connection::detect_hello(int flags, bool may_wait) {
   return 0;
 }
 
+// Both locks held; our application is about to write first. A client under
+// rdmashim on this host announced itself before connecting (see
+// discovery::client_announced): for it we wait until its Hello is here, so
+// a server that speaks first upgrades every time. A plain client of this
+// host is not waited for at all. A peer on another host cannot be asked
+// cheaply: it gets a short grace, as a Hello sent right after connect()
+// usually lands within it.
+void Connection::await_hello_before_speaking() {
+  constexpr uint64_t kRemoteGraceNs = 1'000'000;
+  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return;
+  bool local = false;
+  bool announced = discovery::client_announced(fd_, &local);
+  if (!announced && local) return;
+  uint64_t now = now_ns();
+  uint64_t until = announced ? now + uint64_t{config().setup_timeout_ms} * 1'000'000 : created_ns_ + kRemoteGraceNs;
+  while (rx_ == Rx::kDetectHello && now < until) {
+    pollfd p{fd_, POLLIN, 0};
+    // In slices: a client that gives up without a Hello withdraws its
+    // announcement, and then we stop waiting (after one last look).
+    int slice = announced ? 5 : static_cast<int>((until - now + 999'999) / 1'000'000);
+    sys::wait(&p, 1, slice);  // the program's own way of sleeping
+    if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN) return;
+    if (announced && p.revents == 0 && !discovery::client_announced(fd_, &local)) {
+      (void)detect_hello(MSG_DONTWAIT, false);
+      return;
+    }
+    now = now_ns();
+  }
+}
+
 // Both locks held. The client frames everything after its Hello.
 void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* params) {
   rx_ = Rx::kFramed;
@@ -341,7 +378,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       random_bytes(ack.token, sizeof ack.token)) {
     int err = 0;
     size_t ring = tcp_equivalent_ring_size(fd_);
-    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, ack.token, &err);
+    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, hello.nonce, ack.token, &err);
     if (t) {
       ack.transport = wire::kTransportShm;
       ack.ring_size = static_cast<uint32_t>(ring);
@@ -351,6 +388,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
+  if (!transport_) ack.fallback = failure == stats::Outcome::kTcpPolicy ? wire::kFallbackPolicy : wire::kFallbackSetupFailed;
   RDMASHIM_SCHED_POINT(kHandshakeSendAck);
   if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
@@ -405,7 +443,9 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   stats::Outcome ok = stats::Outcome::kShm;
   RDMASHIM_SCHED_POINT(kHandshakeAttach);
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
-    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), ack.token, ack.ring_size, &err);
+    // The descriptors must come from the user that owns the server's end
+    // of this connection (looked up in make_client).
+    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), nonce_, ack.token, server_uid_, ack.ring_size, &err);
     if (t) adopt(std::move(t));
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
              ack.ring_size == verbs_->local_params().ring_size) {
@@ -419,7 +459,9 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     if (ack.transport == 0) rx_ = Rx::kRaw;  // a negative Ack is followed by raw bytes
     if (ack.transport != 0) RDMASHIM_DEBUG("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
     tx_go_plain();
-    settle(ack.transport == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
+    // The server says why it declined (an older one does not: policy).
+    bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed;
+    settle(declined_by_policy ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
     return;
   }

@@ -3,6 +3,7 @@
 #include <arpa/inet.h>
 #include <ifaddrs.h>
 #include <netinet/in.h>
+#include <sys/stat.h>
 #include <sys/un.h>
 
 #include <cerrno>
@@ -13,40 +14,13 @@
 #include <string>
 #include <vector>
 
+#include "discovery/sockdiag.h"
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
 
 namespace rdmashim::discovery {
 namespace {
-
-// Normalized view of an AF_INET/AF_INET6 endpoint; IPv4-mapped IPv6 is IPv4.
-struct Endpoint {
-  int family = 0;  // AF_INET or AF_INET6, 0 if not TCP-capable
-  unsigned char addr[16] = {};
-  uint16_t port = 0;
-};
-
-Endpoint normalize(const sockaddr* sa, socklen_t len) {
-  Endpoint e;
-  if (sa->sa_family == AF_INET && len >= sizeof(sockaddr_in)) {
-    auto* in = reinterpret_cast<const sockaddr_in*>(sa);
-    e.family = AF_INET;
-    memcpy(e.addr, &in->sin_addr, 4);
-    e.port = ntohs(in->sin_port);
-  } else if (sa->sa_family == AF_INET6 && len >= sizeof(sockaddr_in6)) {
-    auto* in6 = reinterpret_cast<const sockaddr_in6*>(sa);
-    if (IN6_IS_ADDR_V4MAPPED(&in6->sin6_addr)) {
-      e.family = AF_INET;
-      memcpy(e.addr, in6->sin6_addr.s6_addr + 12, 4);
-    } else {
-      e.family = AF_INET6;
-      memcpy(e.addr, &in6->sin6_addr, 16);
-    }
-    e.port = ntohs(in6->sin6_port);
-  }
-  return e;
-}
 
 socklen_t entry_name(int family, const unsigned char* addr, uint16_t port, sockaddr_un* out) {
   char text[INET6_ADDRSTRLEN] = {};
@@ -62,6 +36,15 @@ bool entry_exists(int probe, int family, const unsigned char* addr, uint16_t por
   socklen_t len = entry_name(family, addr, port, &name);
   return sys::real().connect(probe, reinterpret_cast<sockaddr*>(&name), len) == 0;
 }
+
+// A client's announcement: "the socket with this inode will send a Hello".
+socklen_t client_name(uint32_t inode, sockaddr_un* out) {
+  memset(out, 0, sizeof *out);
+  out->sun_family = AF_UNIX;
+  int n = snprintf(out->sun_path + 1, sizeof out->sun_path - 1, "rdmashim/v1/client/%u", inode);
+  return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+}
+
 
 bool is_loopback(const Endpoint& e) {
   if (e.family == AF_INET) return e.addr[0] == 127;
@@ -171,6 +154,22 @@ bool is_local_address(const sockaddr* sa, socklen_t len) {
   return found;
 }
 
+// The advertisement `probe` is connected to speaks for the TCP listener a
+// connection to `e` reaches only if one user owns both: anyone may bind an
+// abstract name, but only the listener's owner (or root acting as it) can
+// make the kernel report the same uid for both sockets.
+static bool advert_owns_listener(int probe, const Endpoint& e) {
+  uint32_t advertiser = 0;
+  TcpOwner listener;
+  Diag diag;
+  if (!diag.unix_peer_uid(probe, &advertiser)) return false;
+  if (!diag.tcp_owner(e, Endpoint{}, &listener) || listener.state != kTcpListen) return false;
+  if (listener.uid == advertiser) return true;
+  RDMASHIM_DEBUG("ignoring the advertisement of port %u: owned by uid %u, the listener by uid %u", e.port,
+                 advertiser, listener.uid);
+  return false;
+}
+
 bool peer_advertised(const sockaddr* peer, socklen_t len) {
   Endpoint e = normalize(peer, len);
   if (e.family == 0) return false;
@@ -189,10 +188,41 @@ bool peer_advertised(const sockaddr* peer, socklen_t len) {
             // A dual-stack IPv6 wildcard listener also takes IPv4 clients.
             (e.family == AF_INET && entry_exists(probe.get(), AF_INET6, kAny, e.port));
   }
-  // Last: only a destination in this namespace can be the advertised listener.
-  found = found && is_local_address(peer, len);
+  // Then whether the advertiser owns the listener, and last (the dearest):
+  // only a destination in this namespace can be the advertised listener.
+  found = found && advert_owns_listener(probe.get(), e) && is_local_address(peer, len);
   errno = saved;
   return found;
+}
+
+UniqueFd announce_client(int fd) {
+  struct stat st{};
+  if (fstat(fd, &st) != 0) return UniqueFd();
+  int saved = errno;
+  UniqueFd a(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un name;
+  socklen_t n = client_name(static_cast<uint32_t>(st.st_ino), &name);
+  if (a && sys::real().bind(a.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) a.reset();
+  errno = saved;
+  return a;
+}
+
+bool client_announced(int fd, bool* local) {
+  // The client's own socket, if it is in this namespace: its inode names the
+  // announcement, its owner must own the announcement too.
+  TcpOwner client;
+  Diag diag;
+  *local = diag.tcp_peer_owner(fd, &client);
+  if (!*local) return false;
+  int saved = errno;
+  UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  sockaddr_un name;
+  socklen_t n = client_name(client.inode, &name);
+  uint32_t owner = 0;
+  bool yes = probe && sys::real().connect(probe.get(), reinterpret_cast<sockaddr*>(&name), n) == 0 &&
+             diag.unix_peer_uid(probe.get(), &owner) && owner == client.uid;
+  errno = saved;
+  return yes;
 }
 
 }  // namespace rdmashim::discovery

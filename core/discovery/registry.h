@@ -7,6 +7,12 @@
 // datagram socket: that only checks the name exists, sends nothing and queues
 // nothing, so probes can never pile up anywhere.
 //
+// Anyone may bind any abstract name, so an entry is believed only when its
+// owner (uid, from unix_diag) is the owner of the TCP listener the client
+// is about to reach (uid, from inet_diag): a squatter on a plain server's
+// port is ignored. Costs two more netlink round trips, only when a name is
+// found.
+//
 // A client under rdmashim speaks first (Hello) only when the destination is an
 // address of this namespace and an entry for it exists; otherwise it sends
 // nothing extra, ever.
@@ -27,8 +33,23 @@ namespace rdmashim::discovery {
 UniqueFd advertise(const sockaddr* local, socklen_t len);
 
 // True if a listener under rdmashim advertised `peer` (or the wildcard of
-// its family, or the IPv6 wildcard for IPv4) and `peer` is local.
+// its family, or the IPv6 wildcard for IPv4), the advertisement's owner
+// (unix_diag) is the owner of the TCP listener `peer` reaches (inet_diag),
+// and `peer` is local.
 bool peer_advertised(const sockaddr* peer, socklen_t len);
+
+// Client, before connect(): announces that the TCP socket `fd` is under
+// rdmashim and will send a Hello, under a name derived from its inode. The
+// announcement lives until the returned descriptor is closed (once the
+// handshake settled).
+UniqueFd announce_client(int fd);
+
+// Server, about to write first: whether the peer of the connected socket
+// `fd` is a socket of this namespace that announced itself, with the
+// announcement owned by the peer socket's owner (so nobody can make a server
+// wait for a Hello from a plain client). *local: whether the peer socket is
+// in this namespace at all.
+bool client_announced(int fd, bool* local);
 
 // RDMASHIM_PEERS: comma-separated [!]ADDRESS[/PREFIX] entries, first match
 // wins. A plain entry forces the destination to be treated as running

@@ -1,5 +1,6 @@
 #include "shm/rendezvous.h"
 
+#include <linux/filter.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 
@@ -26,11 +27,14 @@ socklen_t make_address(const unsigned char (&name)[kNameBytes], sockaddr_un* add
   return static_cast<socklen_t>(p - reinterpret_cast<char*>(addr));
 }
 
-// One handover message: the token as its payload, room for the descriptors.
+// One handover datagram: nonce and token as its payload, room for the
+// descriptors and the sender's credentials.
+//  0  nonce[16]  the Hello's nonce (what the client's socket filter checks)
+// 16  token[16]  the Ack's token
 struct Handoff {
-  unsigned char payload[kTokenBytes];
+  unsigned char payload[kNonceBytes + kTokenBytes];
   iovec iov{payload, sizeof payload};
-  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds)] = {};
+  alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds) + CMSG_SPACE(sizeof(ucred))] = {};
   msghdr msg{};
   Handoff() {
     msg.msg_iov = &iov;
@@ -41,56 +45,86 @@ struct Handoff {
   Handoff(const Handoff&) = delete;
 };
 
+// Accepts (whole) only datagrams whose first 16 bytes are `nonce`; a shorter
+// one fails the load and is dropped too.
+bool attach_nonce_filter(int fd, const unsigned char (&nonce)[kNonceBytes]) {
+  sock_filter code[10];
+  int n = 0;
+  for (int w = 0; w < 4; ++w) {
+    const unsigned char* b = nonce + 4 * w;
+    uint32_t word = uint32_t{b[0]} << 24 | uint32_t{b[1]} << 16 | uint32_t{b[2]} << 8 | b[3];  // loads are big-endian
+    code[n++] = BPF_STMT(BPF_LD | BPF_W | BPF_ABS, static_cast<uint32_t>(4 * w));
+    code[n++] = BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, word, 0, static_cast<uint8_t>(7 - 2 * w));
+  }
+  code[n++] = BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);
+  code[n++] = BPF_STMT(BPF_RET | BPF_K, 0);
+  sock_fprog prog{static_cast<unsigned short>(n), code};
+  return sys::real().setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
+}
+
 }  // namespace
 
-UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes]) {
+UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]) {
   if (!random_bytes(name, sizeof name)) return UniqueFd();
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fd;
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
-  if (sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0 || sys.listen(fd.get(), 4) != 0) {
+  int on = 1;
+  // The filter first: nothing may be queued before it is in place.
+  if (!attach_nonce_filter(fd.get(), nonce) ||
+      sys.setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
+      sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return UniqueFd();
   }
   return fd;
 }
 
-int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&token)[kTokenBytes],
-                     const int (&fds)[kHandoffFds]) {
+int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes],
+                     const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds]) {
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return -errno;
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
-  // A unix connect completes at once when the listener's backlog has room.
-  if (sys.connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) return -errno;
-
   Handoff h;
-  memcpy(h.payload, token, sizeof h.payload);
+  h.msg.msg_name = &addr;
+  h.msg.msg_namelen = len;
+  memcpy(h.payload, nonce, kNonceBytes);
+  memcpy(h.payload + kNonceBytes, token, kTokenBytes);
+  h.msg.msg_controllen = CMSG_SPACE(sizeof(int) * kHandoffFds);
   cmsghdr* c = CMSG_FIRSTHDR(&h.msg);
   c->cmsg_level = SOL_SOCKET;
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * kHandoffFds);
   memcpy(CMSG_DATA(c), fds, sizeof(int) * kHandoffFds);
-  ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL);
+  ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(sizeof h.payload)) return n < 0 ? -errno : -EIO;
   return 0;
 }
 
-int receive_descriptors(int listener, const unsigned char (&token)[kTokenBytes], UniqueFd (&out)[kHandoffFds]) {
+int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
+                        const unsigned char (&token)[kTokenBytes], uid_t sender_uid, UniqueFd (&out)[kHandoffFds]) {
   const auto& sys = sys::real();
-  // A few stray connections (someone who read the name from /proc/net/unix)
-  // are skipped; the backlog is tiny, so this loop is short.
-  for (int attempt = 0; attempt < 8; ++attempt) {
-    UniqueFd conn(sys.accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC));
-    if (!conn) return errno == EAGAIN || errno == EWOULDBLOCK ? -ETIMEDOUT : -errno;
+  int result = -ETIMEDOUT;  // nothing (more) queued
+  // Only datagrams with the nonce get past the filter: the server's, or one
+  // sent by someone who could read our TCP stream. A few are plenty.
+  for (int attempt = 0; attempt < 4; ++attempt) {
     Handoff h;
-    ssize_t n = sys.recvmsg(conn.get(), &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? result : -errno;
     UniqueFd got[kHandoffFds];
     int count = 0;
+    bool from_owner = false;
     for (cmsghdr* c = CMSG_FIRSTHDR(&h.msg); c; c = CMSG_NXTHDR(&h.msg, c)) {
-      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      if (c->cmsg_level != SOL_SOCKET) continue;
+      if (c->cmsg_type == SCM_CREDENTIALS && c->cmsg_len >= CMSG_LEN(sizeof(ucred))) {
+        ucred cred;
+        memcpy(&cred, CMSG_DATA(c), sizeof cred);
+        from_owner = cred.uid == sender_uid;
+      }
+      if (c->cmsg_type != SCM_RIGHTS) continue;
       size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
       for (size_t i = 0; i < nfds; ++i) {
         int fd;
@@ -99,14 +133,17 @@ int receive_descriptors(int listener, const unsigned char (&token)[kTokenBytes],
         else sys.close(fd);  // more than we asked for: never keep strays
       }
     }
-    bool truncated = (h.msg.msg_flags & MSG_CTRUNC) != 0;
-    if (n == static_cast<ssize_t>(sizeof h.payload) && !truncated && count == kHandoffFds &&
-        memcmp(h.payload, token, sizeof h.payload) == 0) {
+    bool truncated = (h.msg.msg_flags & (MSG_CTRUNC | MSG_TRUNC)) != 0;
+    bool proof = n == static_cast<ssize_t>(sizeof h.payload) && memcmp(h.payload, nonce, kNonceBytes) == 0 &&
+                 memcmp(h.payload + kNonceBytes, token, kTokenBytes) == 0;
+    if (proof && !from_owner) result = -EACCES;
+    if (proof && from_owner && !truncated && count == kHandoffFds) {
       for (int i = 0; i < kHandoffFds; ++i) out[i] = std::move(got[i]);
       return 0;
     }
+    if (result == -ETIMEDOUT) result = -EPROTO;
   }
-  return -EPROTO;
+  return result;
 }
 
 }  // namespace rdmashim::shm

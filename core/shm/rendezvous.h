@@ -1,13 +1,20 @@
 // Handing the segment's descriptors from server to client.
 //
-// The client opens a one-shot abstract unix socket under a random name and
-// sends the name inside the TCP connection being upgraded (Hello). The server
-// connects to it and sends the descriptors with SCM_RIGHTS, together with a
-// random token that it also puts in its Ack. Abstract names are listed in
-// /proc/net/unix, so the name is not a secret: the token, which only ever
-// travels inside the TCP stream, is what the client checks. Nothing is
-// created in the file system and nothing outlives the two processes.
+// The client binds a datagram unix socket in the abstract namespace under a
+// random name and sends the name inside the TCP connection being upgraded
+// (Hello). The server sends the descriptors there with SCM_RIGHTS, in one
+// datagram whose payload is the Hello's nonce followed by a random token
+// that it also puts in its Ack. Abstract names are listed in /proc/net/unix,
+// so anyone may send to the name: a socket filter (classic BPF) on the
+// client's socket drops, before they are queued, datagrams that do not start
+// with the nonce, which only ever travels inside the TCP stream, so nobody
+// else can fill the queue. The client then checks the token and the
+// sender's credentials (SCM_CREDENTIALS): the sender's uid must own the
+// server's end of the TCP connection. Nothing is created in the file system
+// and nothing outlives the two processes.
 #pragma once
+
+#include <sys/types.h>
 
 #include <cstddef>
 #include <cstdint>
@@ -17,20 +24,24 @@
 namespace rdmashim::shm {
 
 constexpr size_t kNameBytes = 16;
+constexpr size_t kNonceBytes = 16;
 constexpr size_t kTokenBytes = 16;
 constexpr int kHandoffFds = 3;  // memfd, client doorbell, server doorbell
 
-// Client side: the listening socket. Returns an invalid fd on failure.
-UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes]);
+// Client side: the receiving socket, accepting only datagrams that start
+// with `nonce`. Returns an invalid fd on failure.
+UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]);
 
 // Server side: delivers the descriptors. Returns 0 or a negative errno.
-int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&token)[kTokenBytes],
-                     const int (&fds)[kHandoffFds]);
+int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes],
+                     const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds]);
 
-// Client side: takes the descriptors that arrived with the right token,
-// discarding any connection that did not bring it. Non-blocking: the server
-// connects before it sends its Ack, so by the time the client read the Ack
-// the descriptors are already queued. Returns 0 or a negative errno.
-int receive_descriptors(int listener, const unsigned char (&token)[kTokenBytes], UniqueFd (&out)[kHandoffFds]);
+// Client side: takes the descriptors that came with the nonce and token from
+// a process of user `sender_uid`, discarding anything else. Non-blocking: the
+// server sends before its Ack, so by the time the client read the Ack the
+// datagram is already queued. Returns 0, -EACCES (a datagram from another
+// user), or another negative errno.
+int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
+                        const unsigned char (&token)[kTokenBytes], uid_t sender_uid, UniqueFd (&out)[kHandoffFds]);
 
 }  // namespace rdmashim::shm

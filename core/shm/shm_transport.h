@@ -13,12 +13,14 @@ namespace rdmashim::shm {
 class ShmTransport final : public Transport {
  public:
   // Server: creates the segment and delivers it to the client's rendezvous
-  // name together with `token`. nullptr and *err on failure.
+  // name together with the Hello's `nonce` and `token`. nullptr and *err on failure.
   static std::unique_ptr<ShmTransport> offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
+                                             const unsigned char (&nonce)[kNonceBytes],
                                              const unsigned char (&token)[kTokenBytes], int* err);
-  // Client: receives the descriptors on `listener`, checks them and maps the
-  // segment. nullptr and *err on failure.
-  static std::unique_ptr<ShmTransport> accept(int listener, const unsigned char (&token)[kTokenBytes],
+  // Client: receives the descriptors on `listener` (sent by user
+  // `server_uid`), checks them and maps the segment. nullptr and *err on failure.
+  static std::unique_ptr<ShmTransport> accept(int listener, const unsigned char (&nonce)[kNonceBytes],
+                                              const unsigned char (&token)[kTokenBytes], uid_t server_uid,
                                               size_t ring_size, int* err);
 
   // A transport inherited across exec, from describe_for_exec()'s text.

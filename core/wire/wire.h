@@ -74,7 +74,8 @@ static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) =
 // 12  ring_size      u32 bytes per direction
 // 16  nonce[16]      the Hello's nonce
 // 32  token[16]      secret that must accompany the descriptors on the unix socket
-// 48  reserved[16]   zero
+// 48  fallback       u8 when transport is 0: why (AckFallback); 0 if not said
+// 49  reserved[15]   zero
 struct Ack {
   unsigned char magic[8];
   uint16_t version;
@@ -82,7 +83,13 @@ struct Ack {
   uint32_t ring_size;
   unsigned char nonce[16];
   unsigned char token[16];
-  unsigned char reserved[16];
+  uint8_t fallback;
+  unsigned char reserved[15];
+};
+enum AckFallback : uint8_t {
+  kFallbackUnsaid = 0,       // an older server: read as policy
+  kFallbackPolicy = 1,       // the server's configuration said no
+  kFallbackSetupFailed = 2,  // the server could not build (or hand over) the transport
 };
 static_assert(sizeof(Ack) == 64);
 static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32);

@@ -8,6 +8,7 @@
 #include <arpa/inet.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,6 +36,14 @@ int connect_loopback() {
     int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
     if (fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&g_addr), sizeof g_addr) == 0) return fd;
     int err = errno;
+    if (fd >= 0 && err == EINTR) {
+      // libFuzzer's SIGALRM landed in a slow connect (a SYN retransmitted):
+      // the connect goes on; wait for its end.
+      pollfd p{fd, POLLOUT, 0};
+      socklen_t len = sizeof err;
+      if (poll(&p, 1, 5000) == 1 && getsockopt(fd, SOL_SOCKET, SO_ERROR, &err, &len) == 0 && err == 0) return fd;
+      if (err == 0) err = ETIMEDOUT;
+    }
     if (fd >= 0) close(fd);
     if ((err != EADDRNOTAVAIL && err != EAGAIN) || attempt == 500) {
       fprintf(stderr, "fuzz_client: cannot connect: %s\n", strerror(err));

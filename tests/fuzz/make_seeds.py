@@ -14,8 +14,9 @@ def hello(transports):
     return HELLO_MAGIC + struct.pack("<HHI", 1, 0, transports) + bytes(range(16)) + b"R" * 16 + bytes(16)
 
 
-def ack(transport, ring):
-    return ACK_MAGIC + struct.pack("<HHI", 1, transport, ring) + bytes(16) + b"T" * 16 + bytes(16)
+def ack(transport, ring, fallback=0):
+    # fallback: why a negative Ack declined (1 policy, 2 setup failed), then reserved[15]
+    return ACK_MAGIC + struct.pack("<HHI", 1, transport, ring) + bytes(16) + b"T" * 16 + bytes([fallback]) + bytes(15)
 
 
 def frame(kind, payload=b""):
@@ -44,6 +45,7 @@ seeds = {
     "fuzz_client": {  # style byte, then the server's answer (nonce patched in)
         "ack_shm": b"\x00" + ack(SHM, 4096) + data(b"pong") + frame(PLAIN) + b"raw",
         "ack_none": b"\x02" + ack(0, 0) + b"raw bytes after a negative ack",
+        "ack_none_setup_failed": b"\x00" + ack(0, 0, 2) + b"raw bytes after a negative ack",
         "ack_verbs": b"\x01" + ack(VERBS, 4096) + params() + frame(SWITCH),
         "ack_frames": b"\x04" + ack(SHM, 4096) + data(b"a") + frame(PING) + frame(CLOSE, struct.pack("<Q", 0)),
         "server_first": b"\x00+OK redis ready\r\n",

@@ -336,7 +336,7 @@ void expect_negative_ack_for(uint16_t version, uint16_t flags, const char* outco
   memset(h.nonce, 0x33, sizeof h.nonce);
   // A live rendezvous, as a real client has: only the version check stands
   // between this Hello and an offer of shared memory.
-  UniqueFd rendezvous = shm::open_rendezvous(h.rendezvous);
+  UniqueFd rendezvous = shm::open_rendezvous(h.rendezvous, h.nonce);
   ASSERT_TRUE(rendezvous);
   ASSERT_EQ(write(t.client, &h, sizeof h), 64);
   const wire::FrameHeader plain{0, static_cast<uint16_t>(wire::FrameType::kPlain), 0};
@@ -351,6 +351,7 @@ void expect_negative_ack_for(uint16_t version, uint16_t flags, const char* outco
   EXPECT_EQ(memcmp(ack.magic, wire::kAckMagic, 8), 0);
   EXPECT_EQ(ack.version, wire::kVersion);
   EXPECT_EQ(ack.transport, 0) << "version " << version << " flags " << flags;
+  EXPECT_EQ(ack.fallback, wire::kFallbackSetupFailed);  // so the client logs the same reason
   EXPECT_EQ(memcmp(ack.nonce, h.nonce, sizeof ack.nonce), 0);
   ASSERT_EQ(send_all(*server, "pong", 4), 4);  // raw after a negative Ack
   ASSERT_EQ(recv(t.client, buf, 4, MSG_WAITALL), 4);
@@ -365,6 +366,62 @@ TEST(Connection, HelloOfAnUnknownVersionGetsANegativeAck) {
 TEST(Connection, HelloWithAnUnknownMustUnderstandFlagGetsANegativeAck) {
   expect_negative_ack_for(wire::kVersion, 0x0001, "tcp:setup-failed");
   expect_negative_ack_for(wire::kVersion, 0x0080, "tcp:setup-failed");
+}
+
+// A negative Ack says why; the client counts that reason (an older server's
+// Ack says nothing: policy, as before).
+TEST(Connection, ClientLogsTheReasonOfANegativeAck) {
+  const struct {
+    uint8_t fallback;
+    const char* outcome;
+  } cases[] = {{wire::kFallbackSetupFailed, "tcp:setup-failed"},
+               {wire::kFallbackPolicy, "tcp:policy"},
+               {wire::kFallbackUnsaid, "tcp:policy"}};
+  for (const auto& c : cases) {
+    TcpPair t;
+    std::unique_ptr<Connection> client(Connection::make_client(t.client));
+    ASSERT_TRUE(client);
+    wire::Hello h{};
+    ASSERT_EQ(recv(t.server, &h, sizeof h, MSG_WAITALL), static_cast<ssize_t>(sizeof h));
+    wire::Ack ack{};
+    memcpy(ack.magic, wire::kAckMagic, 8);
+    ack.version = wire::kVersion;
+    memcpy(ack.nonce, h.nonce, sizeof ack.nonce);
+    ack.fallback = c.fallback;
+    ASSERT_EQ(write(t.server, &ack, sizeof ack), static_cast<ssize_t>(sizeof ack));
+    ASSERT_EQ(write(t.server, "pong", 4), 4);  // raw after a negative Ack
+    char buf[4];
+    ASSERT_EQ(recv_some(*client, buf, 4, MSG_WAITALL), 4);
+    EXPECT_EQ(memcmp(buf, "pong", 4), 0);
+    EXPECT_STREQ(client->transport_name(), c.outcome) << "fallback " << int{c.fallback};
+  }
+}
+
+// The server may answer, write and close before the client reads its Ack
+// (a banner and close): the client still attaches, since it learnt who owns
+// the server's end (for the rendezvous credentials) while that end existed.
+TEST(Connection, ClientAttachesAfterTheServerClosedItsEnd) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
+  ASSERT_EQ(client->shutdown(SHUT_WR), 0);  // then the server's FIN closes our socket: no peer name left
+  {
+    std::unique_ptr<Connection> server(Connection::make_server(t.server));
+    ASSERT_EQ(send_all(*server, "banner", 6), 6);  // the Hello is here: Ack, then the banner
+    EXPECT_STREQ(server->transport_name(), "shm");
+    ASSERT_EQ(server->shutdown(SHUT_WR), 0);
+    unsigned char hello_rest[64];
+    while (recv_some(*server, hello_rest, sizeof hello_rest, MSG_DONTWAIT) > 0) {
+    }
+  }
+  close(t.server);
+  t.server = -1;
+  usleep(20000);  // both FINs exchanged: the server's socket is gone, ours is closed
+  int err = 0;
+  auto got = recv_to_eof(*client, &err);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(std::string(got.begin(), got.end()), "banner");
+  EXPECT_STREQ(client->transport_name(), "shm");
 }
 
 TEST(Connection, HelloWithOnlyOptionalFlagsStillUpgrades) {

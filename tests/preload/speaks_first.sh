@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# A server that speaks first (greeting, then request/response) and 100
+# connections (every other one from a non-blocking client that is busy for
+# 3 ms after connect(), so its Hello comes late), in each pairing:
+#   both | server-only | client-only | none   exact bytes, and the transports:
+#     both: every connection upgraded (shm) on both ends, whoever spoke first;
+#     server-only: tcp:server-spoke-first; client-only: tcp:not-advertised.
+#   latency: a plain client's connect-to-greeting time against the server
+#     under rdmashim is within LATENCY_BOUND_US (default 300) of the same
+#     against the plain server (medians of 200): plain clients are not waited for.
+# usage: speaks_first.sh both|server-only|client-only|none|latency
+set -euo pipefail
+mode=$1
+build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
+here=$(cd "$(dirname "$0")" && pwd)
+peer="$here/speaks_first.py"
+work=$(mktemp -d)
+trap 'kill "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
+count=${COUNT:-100}
+mixed=--mixed  # every other client connection non-blocking and busy for 3 ms after connect()
+
+launcher() { if [ "$1" = rdmashim ]; then echo "$build/bin/rdmashim run --log info --"; fi; }
+
+run() {  # server_mode client_mode tag
+  rm -f "$work/port"
+  # shellcheck disable=SC2046
+  timeout 60 $(launcher "$1") python3 "$peer" server --port-file "$work/port" --count "$count" \
+    >"$work/$3.server.json" 2>"$work/$3.server.log" &
+  server_pid=$!
+  for _ in $(seq 200); do [ -s "$work/port" ] && break; sleep 0.05; done
+  [ -s "$work/port" ] || { echo "FAIL: server did not start"; cat "$work/$3.server.log"; exit 1; }
+  # shellcheck disable=SC2046
+  timeout 60 $(launcher "$2") python3 "$peer" client --port "$(cat "$work/port")" --count "$count" $mixed \
+    >"$work/$3.client.json" 2>"$work/$3.client.log" || {
+    echo "FAIL: client failed"; cat "$work/$3.client.json" "$work/$3.client.log" "$work/$3.server.log"; exit 1; }
+  wait "$server_pid" || { echo "FAIL: server failed"; cat "$work/$3.server.json" "$work/$3.server.log"; exit 1; }
+  grep -q '"bad": 0' "$work/$3.client.json" && grep -q '"bad_requests": 0' "$work/$3.server.json" || {
+    echo "FAIL: bytes differ"; cat "$work/$3".*; exit 1; }
+}
+
+count_lines() {  # log side transport
+  grep -c "info: fd [0-9]* ($2) -> $3\$" "$work/$1" || true
+}
+
+expect() {  # log side transport
+  local n; n=$(count_lines "$1" "$2" "$3")
+  if [ "$n" != "$count" ]; then
+    echo "FAIL: $1: $n of $count connections $2 -> $3"; grep -o "($2) -> .*" "$work/$1" | sort | uniq -c; exit 1
+  fi
+}
+
+case $mode in
+  both)
+    run rdmashim rdmashim t
+    expect t.client.log client shm; expect t.server.log server shm ;;
+  server-only)
+    run rdmashim plain t
+    expect t.server.log server tcp:server-spoke-first ;;
+  client-only)
+    run plain rdmashim t
+    expect t.client.log client tcp:not-advertised ;;
+  none)
+    run plain plain t ;;
+  latency)
+    count=200 mixed=
+    run plain plain plain
+    run rdmashim plain shim
+    expect shim.server.log server tcp:server-spoke-first
+    med() { sed -n 's/.*"median_greeting_us": \([0-9.]*\).*/\1/p' "$work/$1.client.json"; }
+    plain=$(med plain) shim=$(med shim) bound=${LATENCY_BOUND_US:-300}
+    echo "median connect-to-greeting: plain server ${plain} us, server under rdmashim ${shim} us (bound +${bound} us)"
+    awk -v a="$plain" -v b="$shim" -v m="$bound" 'BEGIN { exit !(b - a <= m) }' || {
+      echo "FAIL: a plain client waits $(awk -v a="$plain" -v b="$shim" 'BEGIN { print b - a }') us more"; exit 1; }
+    ;;
+  *) echo "usage: $0 both|server-only|client-only|none|latency"; exit 2 ;;
+esac
+echo "ok: $mode"
