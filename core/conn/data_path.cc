@@ -50,6 +50,18 @@ using conn_internal::send_all;
 // Receiving
 
 ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags) {
+  ssize_t r = recv_io(iov, iovcnt, flags);
+  if (r == -EAGAIN) rx_again_.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
+  ssize_t r = send_io(iov, iovcnt, flags);
+  if (r == -EAGAIN) tx_again_.fetch_add(1, std::memory_order_relaxed);
+  return r;
+}
+
+ssize_t Connection::recv_io(const iovec* iov, int iovcnt, int flags) {
   io_started_.store(true, std::memory_order_relaxed);
   if (orphaned_) return -ECONNRESET;
   std::lock_guard<std::mutex> lock(rx_mu_);
@@ -386,7 +398,7 @@ bool Connection::abort_if_data_after_shutdown() {
 // ---------------------------------------------------------------------------
 // Sending
 
-ssize_t Connection::send(const iovec* iov, int iovcnt, int flags) {
+ssize_t Connection::send_io(const iovec* iov, int iovcnt, int flags) {
   // During the handshake a send may settle what the receive side is waiting
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.
