@@ -179,7 +179,7 @@ inline Plan make_plan(uint64_t seed) {
     grower = p.pattern == Pattern::kOneWayC2S ? &c : p.pattern == Pattern::kOneWayS2C ? &s : er.chance(50) ? &c : &s;
     uint64_t len = er.range(1536 << 10, 4 << 20);
     if (grower->writes.empty()) grower->writes.push_back({0, len});
-    else grower->writes[0].len = len;
+    else if (grower->writes[0].len < len) grower->writes[0].len = len;  // never shorter: the peer may wait for a share of it
     if (er.chance(50)) p.ring_size = 4 << 20;  // full at the largest lap, too
   }
   for (Side* side : {&c, &s}) {
