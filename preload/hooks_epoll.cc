@@ -86,14 +86,18 @@ uint32_t reg_ready(EpollReg& r, short kernel, int depth) {
 }
 
 // What an edge-triggered registration reports of `ready`: a condition that
-// became true, more bytes since the last look, or for OUT a write that found
-// the ring full since (TCP's edge needs SOCK_NOSPACE; last_tx 0: the
-// direction was on TCP then, and moving onto the ring is no edge).
+// became true, more bytes since the last look (or a read that found EAGAIN
+// on TCP), or for OUT a write that found the ring (or TCP) full since: TCP's
+// edge needs SOCK_NOSPACE. Moving onto the ring is no edge, but a write that
+// filled the ring since is (its count starts at 0 there), else a writer that
+// met EAGAIN right after the switch would never hear of credit.
 uint32_t edges(const EpollReg& r, uint32_t ready, uint64_t rx, uint64_t tx) {
   constexpr uint32_t in = EPOLLIN | EPOLLRDNORM, out = EPOLLOUT | EPOLLWRNORM;
+  constexpr uint64_t on_ring = uint64_t{1} << 63;
   uint32_t report = ready & ~r.last_ready & (EPOLLRDHUP | EPOLLERR | EPOLLHUP | EPOLLPRI);
   if ((ready & in) && (!(r.last_ready & in) || rx != r.last_rx)) report |= ready & in;
-  if ((ready & out) && (!(r.last_ready & out) || (r.last_tx && tx != r.last_tx))) report |= ready & out;
+  bool filled = ((tx ^ r.last_tx) & on_ring) ? (tx & ~on_ring) != 0 : tx != r.last_tx;
+  if ((ready & out) && (!(r.last_ready & out) || filled)) report |= ready & out;
   if (report) report |= ready & (EPOLLERR | EPOLLHUP);
   return report;
 }

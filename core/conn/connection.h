@@ -98,9 +98,11 @@ class Connection {
   int doorbell();
   void arm();
   void disarm();
-  // Counters for edge-triggered epoll, 0 while the direction is on TCP:
-  // rx moves when bytes arrive; tx when a write found the ring full (as
-  // TCP's EPOLLOUT edge needs SOCK_NOSPACE: credit alone is no edge).
+  // Counters for edge-triggered epoll. On the ring rx moves when bytes
+  // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
+  // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they
+  // count the calls that found EAGAIN: readiness after one is a new edge (the
+  // kernel's own edge is consumed under our tag, shared by the whole set).
   uint64_t rx_progress() const;
   uint64_t tx_progress() const;
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
@@ -204,6 +206,9 @@ class Connection {
     Transport::Dir d_;
     bool held_ = false;
   };
+
+  ssize_t recv_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
+  ssize_t send_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
 
   // Receive side; rx_mu_ held. Handlers that also change the send side take
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.
@@ -330,6 +335,7 @@ class Connection {
   std::atomic<bool> rx_end_{false};      // a read returns EOF or an error once the ring is drained
   std::atomic<bool> peer_wr_shut_{false};  // the peer will not write again (POLLRDHUP)
   std::atomic<uint64_t> tx_full_{0};       // writes that found the ring full (edge-triggered EPOLLOUT)
+  std::atomic<uint64_t> rx_again_{0}, tx_again_{0};  // calls that found EAGAIN (edges while on TCP)
   // What the kernel said, or what the program set through us: -1 unknown.
   // After fork, a process that changes one bumps the transport's options
   // generation and its siblings ask the kernel again.

@@ -216,7 +216,7 @@ void Connection::arm() { transport_->link().prepare_sleep(); }
 void Connection::disarm() { transport_->link().finish_sleep(); }
 
 uint64_t Connection::rx_progress() const {
-  if (!rx_ring_.load(std::memory_order_acquire)) return 0;
+  if (!rx_ring_.load(std::memory_order_acquire)) return rx_again_.load(std::memory_order_relaxed);
   return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
 }
 
@@ -224,7 +224,7 @@ uint64_t Connection::rx_progress() const {
 // a write that found the ring full.
 uint64_t Connection::tx_progress() const {
   return tx_ring_.load(std::memory_order_acquire) ? tx_full_.load(std::memory_order_relaxed) | (uint64_t{1} << 63)
-                                                  : 0;
+                                                  : tx_again_.load(std::memory_order_relaxed);
 }
 
 int64_t Connection::unread_bytes() {

@@ -44,6 +44,7 @@ RingChannel::RingChannel(Link& link)
 void RingChannel::publish_map() { link_.publish_map(uint64_t{log2_of(tx_lap_)} << 32 | (tx_base_ & mask_)); }
 
 void RingChannel::restart_lap() {
+  RDMASHIM_SCHED_POINT(kRingShrink);  // the reader drained: the old lap is retired
   tx_base_ = tx_tail_;
   tx_lap_ = first_lap_;
   publish_map();
@@ -59,6 +60,7 @@ void RingChannel::grow_lap() {
   tx_base_ = tx_head_ - at;
   tx_lap_ = lap * 2;
   if (lap + wrapped > tx_dirty_) tx_dirty_ = lap + wrapped;
+  RDMASHIM_SCHED_POINT(kRingGrow);  // wrapped bytes copied, the new map not yet announced
   publish_map();
   // The map before any byte we write under it (a reader re-checks the map).
   std::atomic_thread_fence(std::memory_order_release);
@@ -229,6 +231,7 @@ bool RingChannel::release_tx() {
   restart_lap();  // the next write starts at the ring's start
   constexpr size_t kPage = 4096;
   size_t len = (tx_dirty_ + kPage - 1) & ~(kPage - 1);
+  RDMASHIM_SCHED_POINT(kRingShrink);  // the pages about to be given back
   link_.release_tx(len < size_ ? len : size_);
   tx_dirty_ = 0;
   return true;

@@ -87,7 +87,9 @@ std::vector<std::string> make_env(const Options& o, const Plan& p, const Side& m
   if (me.plain) return env;
   env.insert(env.end(), pass.begin(), pass.end());
   env.push_back("LD_PRELOAD=" + o.lib);
-  env.push_back("RDMASHIM_LOG=info");
+  // INTERLEAVE_LOG=debug (for replays) raises the library's log level.
+  const char* level = getenv("INTERLEAVE_LOG");
+  env.push_back(std::string("RDMASHIM_LOG=") + (level && *level ? level : "info"));
   env.push_back("RDMASHIM_TEST_SCHEDULE=" + std::to_string(p.seed ^ role));
   if (p.setup_timeout_ms) env.push_back("RDMASHIM_SETUP_TIMEOUT_MS=" + std::to_string(p.setup_timeout_ms));
   if (p.ring_size) env.push_back("RDMASHIM_RING_SIZE=" + std::to_string(p.ring_size));

@@ -129,6 +129,10 @@ class Conn {
       return 0;
     }
     check(static_cast<size_t>(n));
+    if (me_.stall_us && !stalled_) {  // the writer fills the ring meanwhile (elastic laps grow)
+      stalled_ = true;
+      sleep_us(me_.stall_us);
+    }
     return n;
   }
 
@@ -211,6 +215,7 @@ class Conn {
   uint64_t tx_ = 0, chunk_done_ = 0;
   size_t chunk_ = 0;
   bool eof_ = false;
+  bool stalled_ = false;
 };
 
 // Blocking: a reader thread, and the writer here waiting for each gate.

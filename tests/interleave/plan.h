@@ -83,6 +83,7 @@ struct Side {
   uint32_t start_delay_us = 0;  // client: before connect; server: before accept
   uint32_t io_delay_us = 0;     // connection made, before the first I/O
   uint32_t close_delay_us = 0;  // all done, before close
+  uint32_t stall_us = 0;        // one pause after the first bytes read (a reader that lags)
 };
 
 struct Plan {
@@ -166,6 +167,21 @@ inline Plan make_plan(uint64_t seed) {
       s.writes.push_back({0, size(r, 4 << 20)});
       break;
   }
+  // Elastic laps (a first lap of 1 MiB that doubles while the reader lags)
+  // need megabytes against a stalled reader: some streaming plans on the
+  // default ring get a long first write and a reader that pauses 12-25 ms
+  // after its first bytes, when the stream is on the ring (a blocking writer
+  // waits 10 ms for credit before growing). Drawn
+  // from a stream of their own, so every other plan stays as it was.
+  Rng er(seed ^ 0x656c6173746965ull);  // a salt that leaves the listed seeds (regressions, known) as they were
+  Side* grower = nullptr;
+  if (p.ring_size == 0 && p.pattern != Pattern::kReqResp && er.chance(15)) {
+    grower = p.pattern == Pattern::kOneWayC2S ? &c : p.pattern == Pattern::kOneWayS2C ? &s : er.chance(50) ? &c : &s;
+    uint64_t len = er.range(1536 << 10, 4 << 20);
+    if (grower->writes.empty()) grower->writes.push_back({0, len});
+    else if (grower->writes[0].len < len) grower->writes[0].len = len;  // never shorter: the peer may wait for a share of it
+    if (er.chance(50)) p.ring_size = 4 << 20;  // full at the largest lap, too
+  }
   for (Side* side : {&c, &s}) {
     for (const Chunk& k : side->writes) side->tx_total += k.len;
     side->io = io(r);
@@ -178,6 +194,7 @@ inline Plan make_plan(uint64_t seed) {
     side->io_delay_us = delay(r);
     side->close_delay_us = delay(r);
   }
+  if (grower) (grower == &c ? s : c).stall_us = static_cast<uint32_t>(er.range(12000, 25000));
   c.rx_total = s.tx_total;
   s.rx_total = c.tx_total;
   // Tiny splits of a long stream would only cost time: about 2,000 calls per
@@ -210,12 +227,13 @@ inline const char* known_bug(const Plan& p) {
 
 inline std::string describe(const Plan& p) {
   auto side = [](const Side& s) {
-    char b[256];
-    snprintf(b, sizeof b, "%s %s tx=%llu in %zu chunk(s) rx=%llu%s%s split w<=%u r<=%u delays %u/%u/%u us",
+    char b[300];
+    int n = snprintf(b, sizeof b, "%s %s tx=%llu in %zu chunk(s) rx=%llu%s%s split w<=%u r<=%u delays %u/%u/%u us",
              s.plain ? "plain" : "preload", io_name(s.io), static_cast<unsigned long long>(s.tx_total),
              s.writes.size(), static_cast<unsigned long long>(s.rx_total), s.read_eof ? " +eof" : "",
              s.shut_wr ? " shut_wr" : " close", s.max_write, s.max_read, s.start_delay_us, s.io_delay_us,
              s.close_delay_us);
+    if (s.stall_us && n > 0 && static_cast<size_t>(n) < sizeof b) snprintf(b + n, sizeof b - n, ", stall %u us", s.stall_us);
     return std::string(b);
   };
   char b[160];
