@@ -76,13 +76,14 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys.poll(k.data(), nfds, 0) > 0; };
-    if (spin_for(dl, ring_ready, kernel_ready)) continue;
+    Spinner spin(spin_deadline(dl));
+    if (spin_for(spin, ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
     // kernel descriptors and the doorbells together. Those still in the
     // handshake wake the kernel wait by their TCP bytes; an epoll set of
     // ours by its own descriptor (its doorbells are registered in it).
-    std::vector<Ref> armed;
+    std::vector<Armed> armed;
     bool ready = false;
     for (size_t j = 0; j < vidx.size(); ++j) {
       const Ref& v = virt[vidx[j]];
@@ -90,8 +91,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
       if (v->epoll) {
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1) || ready;
       } else if (v->conn->on_ring()) {
-        v->conn->arm();
-        armed.push_back(share(v.get()));
+        unsigned what = v->conn->arm(fds[vidx[j]].events);
+        armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});
         k[nfds + j].fd = v->conn->doorbell();
       }
     }
@@ -106,7 +107,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, bool 
       }
       err = errno;
     }
-    for (auto& a : armed) a->conn->disarm();
+    for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
+    if (ring_ready()) spin.found();
     if (r < 0) {
       errno = err;
       return -1;  // EINTR included: poll is never restarted

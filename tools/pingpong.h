@@ -21,6 +21,8 @@ struct PingPongOptions {
   bool json = false;
   std::string transport;  // rdmaPingPong only
   std::string wait = "block";  // tcpPingPong: block | poll | epoll (non-blocking socket, event-loop style)
+  uint64_t connects = 0;  // tcpPingPong --local --connects N: connect + one exchange + close, N times
+  uint64_t hold = 0;      // tcpPingPong --local --hold N: N open connections, count descriptors
 };
 
 // One connected stream, as the ping-pong sees it: count, 0 at EOF, -errno.

@@ -24,8 +24,8 @@ class ShmLink final : public Link {
   uint64_t own_tail() const override { return mine_.produced.value.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return mine_.consumed.value.load(std::memory_order_relaxed); }
   int wait_fd() const override { return segment_->doorbell(self_); }
-  void prepare_sleep() override;
-  void finish_sleep() override;
+  void prepare_sleep(unsigned what) override;
+  void finish_sleep(unsigned what, bool rung) override;
 
   Segment& segment() { return *segment_; }
   void mark_attached();
@@ -33,7 +33,8 @@ class ShmLink final : public Link {
   SideState& mine() { return mine_; }
 
  private:
-  void wake_peer();
+  static constexpr uint32_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000;
+  void wake_peer(uint32_t who);
 
   std::unique_ptr<Segment> segment_;
   const Side self_;
