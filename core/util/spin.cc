@@ -29,8 +29,7 @@ Spinner::Spinner(uint64_t deadline_ns) {
   SpinState& s = t_spin;
   if (start_ - s.last_wait_ns > kIdleResetNs) s.skip = s.backoff = 0;
   s.last_wait_ns = start_;
-  budget_ns_ = uint64_t{budget_us} * 1000;
-  end_ = start_ + budget_ns_;
+  end_ = start_ + uint64_t{budget_us} * 1000;
   if (deadline_ns != 0 && deadline_ns < end_) end_ = deadline_ns;
   if (budget_us == 0) {
     recorded_ = true;  // nothing to learn
@@ -62,17 +61,17 @@ void Spinner::found() {
 void Spinner::finish(bool found) {
   recorded_ = true;
   SpinState& s = t_spin;
-  uint64_t now = now_ns();
-  s.last_wait_ns = now;
+  s.last_wait_ns = now_ns();
   if (preempted_) {
     s.backoff = s.backoff < kMinPreemptBackoff ? kMinPreemptBackoff : s.backoff * 2;
     if (s.backoff > kMaxPreemptBackoff) s.backoff = kMaxPreemptBackoff;
     s.skip = s.backoff;
   } else if (found && spinning_) {
-    s.skip = s.backoff = 0;  // the spin paid: keep spinning
-  } else if (found && !attempted_ && now - start_ <= budget_ns_) {
-    s.backoff /= 2;  // slept at once, yet answered within the budget
-    if (s.skip > s.backoff) s.skip = s.backoff;
+    // The spin paid: spin on. The backoff decays slowly: a failed spin costs
+    // the whole budget, a successful one saves a few microseconds, so
+    // spinning must succeed most of the time to be worth it.
+    s.skip = 0;
+    s.backoff = s.backoff * 7 / 8;
   } else if (attempted_) {
     // Spun through the whole budget for nothing.
     s.backoff = s.backoff == 0 ? 1 : s.backoff * 2;

@@ -7,14 +7,14 @@
 // own recent waits, with no system call at all:
 //   - a fresh thread, or one idle for a while, spins (the first request on a
 //     new or long-quiet connection gets the fast path);
-//   - a spin that found its answer keeps spinning on;
 //   - a spin that ran out of budget backs off exponentially: the next 1, 2,
 //     4 ... 64 waits sleep at once, then one tries again;
+//   - a spin that found its answer spins again next time, and shrinks the
+//     backoff by an eighth (a failure costs the whole budget, a success
+//     saves a few microseconds: spinning must nearly always pay);
 //   - a spin that lost its CPU (a gap between two clock reads far longer
 //     than a turn of the loop: the machine is oversubscribed) backs off the
-//     same way, from 8 up to 512 waits;
-//   - a wait that slept at once but was answered within the budget halves
-//     the backoff (the peer is quick again).
+//     same way, from 8 up to 512 waits.
 // RDMASHIM_SPIN_US is the budget; 0 never spins.
 #pragma once
 
@@ -40,7 +40,7 @@ class Spinner {
 
  private:
   void finish(bool found);
-  uint64_t start_ = 0, end_ = 0, last_ = 0, budget_ns_ = 0;
+  uint64_t start_ = 0, end_ = 0, last_ = 0;
   bool spinning_ = false, attempted_ = false, preempted_ = false, recorded_ = false;
 };
 

@@ -94,7 +94,7 @@ TEST(Spin, FreshThreadSpinsAndBacksOffExponentially) {
       for (int i = 0; i < skipped; ++i) EXPECT_FALSE(failed_wait()) << "backoff " << skipped << " turn " << i;
       EXPECT_TRUE(failed_wait()) << "after " << skipped << " skipped waits, one tries again";
     }
-    // A success resets the backoff.
+    // Successes shrink the backoff.
     for (int i = 0; i < 8; ++i) failed_wait();
     for (;;) {  // skipped waits change nothing; the next spin finds its answer
       Spinner s;
