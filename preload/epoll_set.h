@@ -56,7 +56,14 @@ struct EpollSet {
 // (defined in hooks_epoll.cc). `depth` counts the nesting of sets.
 bool has_regs(EpollSet& s);
 short set_events(EpollSet& s, short want, short kernel, int depth);
+// One armed connection of a sleep: what it armed, and the slot of its
+// doorbell in a poll() array (-1: in an epoll set, edge-triggered).
+struct Armed {
+  Ref ref;
+  unsigned what;
+  int slot;
+};
 // arm_all also brings `wake` forward to the earliest handshake prefix deadline.
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth, int64_t& wake);
+bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake);
 
 }  // namespace rdmashim::preload

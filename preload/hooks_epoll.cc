@@ -22,6 +22,7 @@
 #include <memory>
 #include <mutex>
 #include <new>
+#include <optional>
 #include <vector>
 
 #include "epoll_set.h"
@@ -403,19 +404,21 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     if (have != 0 || expired(dl)) return have;
 
     // Spin on the rings (and now and then on the kernel's list) first.
+    std::optional<Spinner> spin;
     if (any_on_ring(set, 1)) {
+      spin.emplace(spin_deadline(dl));
       auto ring_ready = [&] { return any_peek(set); };
       auto kernel_ready = [&] {
         pollfd p{epfd, POLLIN, 0};
         return real().poll(&p, 1, 0) > 0;
       };
-      if (spin_for(dl, ring_ready, kernel_ready)) continue;
+      if (spin_for(*spin, ring_ready, kernel_ready)) continue;
     }
 
     // Sleep on the kernel's list (plain descriptors, our tagged sockets'
     // TCP sides, the doorbells), then merge as above.
     // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
-    std::vector<Ref> armed;
+    std::vector<Armed> armed;
     int64_t wake = dl;
     bool ready = arm_all(set, epfd, armed, 1, wake);
     int n = 0, err = 0;
@@ -425,7 +428,8 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
-    for (auto& a : armed) a->conn->disarm();
+    // The doorbells sit in the set edge-triggered: nothing to drain.
+    for (auto& a : armed) a.ref->conn->disarm(a.what, false);
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
@@ -433,6 +437,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     std::lock_guard<std::mutex> lock(set.mu);
     tidy(set, epfd);
     have = scan_virtual(set, ev, keep_user_events(set, ev, n), max);
+    if (have > 0 && spin) spin->found();
     if (have > 0) return have;
   }
 }
@@ -466,7 +471,7 @@ short set_events(EpollSet& s, short want, short kernel, int depth) {
 
 // Arms every upgraded registration (adding its doorbell to the kernel set
 // once), inner sets' included; returns true if one turned ready meanwhile.
-bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth, int64_t& wake) {
+bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake) {
   std::lock_guard<std::mutex> lock(set.mu);
   bool ready = false;
   for (auto& r : set.regs) {
@@ -485,8 +490,8 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Ref>& armed, int depth, int64_
       int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
       r->doorbell_added = rc == 0 || errno == EEXIST;
     }
-    c.arm();
-    armed.push_back(share(r->entry.get()));
+    unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
+    armed.push_back({share(r->entry.get()), what, -1});
   }
   // Checked after arming: a change from now on rings a doorbell.
   for (auto& r : set.regs)

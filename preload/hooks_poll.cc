@@ -50,8 +50,9 @@ short virtual_events(const Ref& v, short want, short kernel) {
 // The program may wait on as many descriptors as RLIMIT_NOFILE allows (the
 // kernel's EINVAL beyond): OpenSSH's sandbox allows one. Then each ring's
 // doorbell stands in for its socket, a slice at a time; the caller's loop
-// looks at the sockets themselves (without waiting) in between.
-int sleep_within_nofile(const std::vector<pollfd>& k, const std::vector<nfds_t>& vidx, nfds_t nfds, int64_t dl,
+// looks at the sockets themselves (without waiting) in between. What the
+// doorbells reported goes back to their slots in k (to be drained).
+int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx, nfds_t nfds, int64_t dl,
                         const sigset_t* mask, sys::WaitCall how) {
   std::vector<pollfd> one(k.begin(), k.begin() + static_cast<long>(nfds));
   for (size_t j = 0; j < vidx.size(); ++j) {
@@ -60,7 +61,11 @@ int sleep_within_nofile(const std::vector<pollfd>& k, const std::vector<nfds_t>&
   constexpr int kSliceMs = 200;
   int left = ms_left(dl);
   int slice = left < 0 || left > kSliceMs ? kSliceMs : left;
-  return sys::wait_as(how, one.data(), one.size(), slice, mask);
+  int r = sys::wait_as(how, one.data(), one.size(), slice, mask);
+  for (size_t j = 0; r > 0 && j < vidx.size(); ++j) {
+    if (k[nfds + j].fd >= 0) k[nfds + j].revents = one[vidx[j]].revents;
+  }
+  return r;
 }
 
 // poll/ppoll/select/pselect all come here when a virtual descriptor is among
@@ -93,14 +98,15 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys::wait_as(how, k.data(), nfds, 0) > 0; };
-    if (spin_for(dl, ring_ready, kernel_ready)) continue;
+    Spinner spin(spin_deadline(dl));
+    if (spin_for(spin, ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
     // kernel descriptors and the doorbells together. Those still in the
     // handshake wake the kernel wait by their TCP bytes; an epoll set of
     // ours by its own descriptor (its doorbells are registered in it).
     // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
-    std::vector<Ref> armed;
+    std::vector<Armed> armed;
     bool ready = false;
     int64_t wake = dl;
     for (size_t j = 0; j < vidx.size(); ++j) {
@@ -109,8 +115,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       if (v->epoll) {
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
       } else if (wake = earliest(wake, v->conn->prefix_deadline()); v->conn->on_ring()) {
-        v->conn->arm();
-        armed.push_back(share(v.get()));
+        unsigned what = v->conn->arm(fds[vidx[j]].events);
+        armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});
         k[nfds + j].fd = v->conn->doorbell();
       }
     }
@@ -127,7 +133,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       err = errno;
       if (r < 0 && err == EINVAL && k.size() > nfds) r = sleep_within_nofile(k, vidx, nfds, sleep_dl, mask, how), err = errno;
     }
-    for (auto& a : armed) a->conn->disarm();
+    for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
+    if (ring_ready()) spin.found();
     if (r < 0) {
       errno = err;
       return -1;  // EINTR included: poll is never restarted

@@ -37,25 +37,31 @@ inline void release_before_plain_sleep(bool may_sleep) {
   if (may_sleep && Connection::idle_memory_pending()) Connection::release_idle_memory(nullptr);
 }
 
-// Spins up to RDMASHIM_SPIN_US (never past the deadline) until ready()
-// says so; kernel() is asked only every few hundred turns since it costs a
-// system call. Peers on a ring answer in about a microsecond: catching that
-// here saves the doorbell and two context switches.
+// Spins (never past the deadline) until ready() says so, while the
+// thread's Spinner (util/spin.h) thinks spinning pays; kernel() is asked only
+// every few hundred turns since it costs a system call. Peers on a ring
+// answer in about a microsecond: catching that here saves the doorbell and
+// two context switches. The caller passes the same Spinner on to its sleep
+// and calls found() when that ends with something ready.
 template <typename Ready, typename Kernel>
-bool spin_for(int64_t dl, Ready ready, Kernel kernel) {
-  uint32_t budget = spin_budget_us();
-  if (budget == 0) return ready();
-  uint64_t end = now_ns() + uint64_t{budget} * 1000;
-  if (dl != kForever && static_cast<uint64_t>(dl) < end) end = static_cast<uint64_t>(dl);
-  for (uint32_t i = 1;; ++i) {
-    if (ready()) return true;
+bool spin_for(Spinner& spin, Ready ready, Kernel kernel) {
+  for (uint32_t i = 1; spin.spinning(); ++i) {
+    if (ready()) {
+      spin.found();
+      return true;
+    }
     if ((i & 255) == 0) {
-      if (kernel()) return true;
-      if (now_ns() >= end) return false;
+      if (kernel()) {
+        spin.found();
+        return true;
+      }
       if ((i & 4095) == 0) sched_yield();  // leave the core to a runnable peer
+      if (!spin.keep_going()) return false;
     }
     cpu_relax();
   }
+  return ready();
 }
+inline uint64_t spin_deadline(int64_t dl) { return dl == kForever ? 0 : static_cast<uint64_t>(dl); }
 
 }  // namespace rdmashim::preload

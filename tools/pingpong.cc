@@ -25,7 +25,9 @@ void usage(const char* tool, bool with_transport) {
           "         --stream [--bytes N (1g)] [--idle-ms MS]: one-way size-byte writes, bytes/s\n",
           tool, tool, tool,
           with_transport ? "\n         --transport auto|shm|verbs|tcp"
-                         : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)");
+                         : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)"
+                           "\n         --connects N (with --local: N times connect, one exchange, close)"
+                           "\n         --hold N (with --local: N connections open at once, count descriptors)");
 }
 
 bool number(const char* text, uint64_t* out) { return rdmashim::parse_size(text, out); }
@@ -91,6 +93,9 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
       o->idle_ms = v;
     } else if (a == "--json") {
       o->json = true;
+    } else if (!with_transport && (a == "--connects" || a == "--hold")) {
+      if (!value(&v) || v == 0 || v > 100000) return usage(tool, with_transport), false;
+      (a == "--connects" ? o->connects : o->hold) = v;
     } else if (!with_transport && a == "--wait" && i + 1 < argc) {
       o->wait = argv[++i];
       if (o->wait != "block" && o->wait != "poll" && o->wait != "epoll") {
@@ -200,11 +205,47 @@ int run_stream_client(const char* tool, Channel& ch, const PingPongOptions& o) {
   return 0;
 }
 
+namespace {
+
+// The first milliseconds of a connection, from every round trip (warm-up
+// included): the rate of the first 1,000, and the time until a window of
+// 100 round trips first has a median within 1.5x (+0.5 us) of the steady
+// median (that of the last half).
+struct WarmUp {
+  double first_1000_per_s = 0, steady_after_us = 0;
+};
+WarmUp warm_up(const std::vector<uint32_t>& all) {
+  WarmUp w;
+  size_t n = all.size();
+  if (n == 0) return w;
+  auto median = [&](size_t from, size_t to) {
+    std::vector<uint32_t> v(all.begin() + static_cast<long>(from), all.begin() + static_cast<long>(to));
+    std::nth_element(v.begin(), v.begin() + static_cast<long>(v.size() / 2), v.end());
+    return static_cast<double>(v[v.size() / 2]);
+  };
+  size_t first = std::min<size_t>(n, 1000);
+  double sum = 0;
+  for (size_t i = 0; i < first; ++i) sum += all[i];
+  w.first_1000_per_s = static_cast<double>(first) * 1e9 / sum;
+  constexpr size_t kWindow = 100;
+  double steady = median(n / 2, n) * 1.5 + 500;
+  double elapsed = 0;
+  for (size_t i = 0; i + kWindow <= n; i += kWindow) {
+    if (median(i, i + kWindow) <= steady) break;
+    for (size_t j = i; j < i + kWindow; ++j) elapsed += all[j];
+  }
+  w.steady_after_us = elapsed / 1e3;
+  return w;
+}
+
+}  // namespace
+
 int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o) {
   std::vector<char> out(o.size), in(o.size);
   for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7);
-  std::vector<uint32_t> rtt_ns;
+  std::vector<uint32_t> rtt_ns, all_ns;
   rtt_ns.reserve(o.iters);
+  all_ns.reserve(o.warmup + o.iters);
   uint64_t start = 0;
   for (uint64_t i = 0; i < o.warmup + o.iters; ++i) {
     if (i == o.warmup) start = now_ns();
@@ -225,11 +266,11 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
       fprintf(stderr, "%s: echo mismatch at round trip %llu\n", tool, static_cast<unsigned long long>(i));
       return 1;
     }
-    if (i >= o.warmup) {
-      uint64_t d = now_ns() - t0;
-      rtt_ns.push_back(static_cast<uint32_t>(d > UINT32_MAX ? UINT32_MAX : d));
-    }
+    uint64_t d = now_ns() - t0;
+    all_ns.push_back(static_cast<uint32_t>(d > UINT32_MAX ? UINT32_MAX : d));
+    if (i >= o.warmup) rtt_ns.push_back(all_ns.back());
   }
+  WarmUp w = warm_up(all_ns);
   double seconds = static_cast<double>(now_ns() - start) / 1e9;
   std::vector<uint32_t> sorted = rtt_ns;
   std::sort(sorted.begin(), sorted.end());
@@ -238,10 +279,11 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
   double avg = seconds * 1e6 / static_cast<double>(o.iters);
   if (o.json) {
     printf("{\"tool\":%s,\"transport\":%s,\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
-           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f}\n",
+           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f,"
+           "\"first_1000_per_s\":%.1f,\"steady_after_us\":%.1f}\n",
            json_quote(tool).c_str(), json_quote(ch.transport).c_str(), o.size,
            static_cast<unsigned long long>(o.iters), seconds, rate, avg,
-           pct(0.50), pct(0.99), sorted.back() / 1e3);
+           pct(0.50), pct(0.99), sorted.back() / 1e3, w.first_1000_per_s, w.steady_after_us);
   } else {
     printf("%s: %zu B x %llu round trips over %s: %.0f round trips/s, avg %.2f us, p50 %.2f us, p99 %.2f us\n",
            tool, o.size, static_cast<unsigned long long>(o.iters), ch.transport.c_str(), rate, avg, pct(0.50),

@@ -28,6 +28,8 @@ struct PingPongOptions {
   // --idle-ms: after the stream the connection stays idle this long, then
   // the server reports the memory the connection still holds (idle_memory).
   uint64_t idle_ms = 0;
+  uint64_t connects = 0;  // tcpPingPong --local --connects N: connect + one exchange + close, N times
+  uint64_t hold = 0;      // tcpPingPong --local --hold N: N open connections, count descriptors
 };
 
 // One connected stream, as the ping-pong sees it: count, 0 at EOF, -errno.

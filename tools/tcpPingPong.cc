@@ -21,6 +21,7 @@
 #include <string>
 
 #include "pingpong.h"
+#include "tcp_modes.h"
 #include "tcp_socket.h"
 
 using rdmashim::tools::Channel;
@@ -90,6 +91,13 @@ int main(int argc, char** argv) {
     if (l < 0) return 1;
     fprintf(stderr, "%s: serving on port %u\n", kTool, port);
     return serve(l, o, false);
+  }
+  if (o.connects || o.hold) {
+    if (o.mode != PingPongOptions::Mode::kLocal || o.stream) {
+      fprintf(stderr, "%s: --connects and --hold need --local (and no --stream)\n", kTool);
+      return 2;
+    }
+    return rdmashim::tools::run_connection_mode(kTool, o);
   }
   if (o.mode == PingPongOptions::Mode::kLocal) {
     o.host = "127.0.0.1";

@@ -42,17 +42,22 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   };
   Link& link = transport_->link();
   const uint32_t yield_mask = link.spin_yield_mask();
-  uint64_t spin_end = now_ns() + uint64_t{spin_budget_us()} * 1000;
-  for (uint32_t i = 1;; ++i) {
-    if (ready()) return 0;
+  Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl));
+  for (uint32_t i = 1; spin.spinning(); ++i) {
+    if (ready()) {
+      spin.found();
+      return 0;
+    }
     if ((i & yield_mask) == 0) sched_yield();  // let a runnable peer (or provider) on our core go first
-    if ((i & 63) == 0 && now_ns() >= spin_end) break;
+    if ((i & 63) == 0 && !spin.keep_going()) break;
     cpu_relax();
   }
-  link.prepare_sleep();
+  const unsigned what = for_write ? Link::kWaitSpace : Link::kWaitData;
+  link.prepare_sleep(what);
   RDMASHIM_SCHED_POINT(kWaitArmed);
   if (ready() || (for_write ? tx_shut_ : rx_shut_).load(std::memory_order_relaxed)) {
-    link.finish_sleep();
+    link.finish_sleep(what, false);
+    spin.found();
     return 0;
   }
   // A reader also waits for the TCP side to speak (control frames, FIN, RST).
@@ -89,7 +94,8 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     e = errno;
     p[1].revents = tcp_events;
   }
-  link.finish_sleep();
+  link.finish_sleep(what, r > 0 && p[0].revents != 0);
+  if (ready()) spin.found();
   if (r < 0) {
     if (e != EINTR) return -e;
     return dl == kNoDeadline && signals_restart() ? 0 : -EINTR;
@@ -212,8 +218,13 @@ int Connection::doorbell() {
 }
 
 // Only called while on_ring(): the transport then lives as long as we do.
-void Connection::arm() { transport_->link().prepare_sleep(); }
-void Connection::disarm() { transport_->link().finish_sleep(); }
+unsigned Connection::arm(short events) {
+  unsigned what = ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
+                  ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
+  transport_->link().prepare_sleep(what);
+  return what;
+}
+void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
 
 uint64_t Connection::rx_progress() const {
   if (!rx_ring_.load(std::memory_order_acquire)) return rx_again_.load(std::memory_order_relaxed);

@@ -51,8 +51,8 @@ class FakeLinkPair {
       ring(peer());
     }
     int wait_fd() const override { return efd_; }
-    void prepare_sleep() override { sleeping_ = true; }
-    void finish_sleep() override {
+    void prepare_sleep(unsigned) override { sleeping_ = true; }
+    void finish_sleep(unsigned, bool) override {
       sleeping_ = false;
       uint64_t v;
       ssize_t r = ::read(efd_, &v, sizeof v);

@@ -41,12 +41,17 @@ class Link {
   virtual uint64_t own_tail() const = 0;
   virtual uint64_t own_head() const = 0;
 
-  // Sleeping. wait_fd() becomes readable when the peer published anything
-  // after prepare_sleep(). The caller re-checks its condition between
-  // prepare_sleep() and sleeping, so no wakeup is lost.
+  // Sleeping. wait_fd() becomes readable when the peer published what the
+  // sleeper waits for (`what`: kWaitData, a new tail; kWaitSpace, a new
+  // head) after prepare_sleep(what). The caller re-checks its condition
+  // between prepare_sleep() and sleeping, so no wakeup is lost.
+  // finish_sleep(what, rung): rung says wait_fd() was seen readable (or may
+  // have been), so it must be drained; a sleeper woken by something else
+  // leaves it, and a later sleep wakes once for nothing.
+  enum WaitFor : unsigned { kWaitData = 1, kWaitSpace = 2, kWaitAny = 3 };
   virtual int wait_fd() const = 0;
-  virtual void prepare_sleep() = 0;
-  virtual void finish_sleep() = 0;
+  virtual void prepare_sleep(unsigned what) = 0;
+  virtual void finish_sleep(unsigned what, bool rung) = 0;
 
   // Waits, at most timeout_ms, until everything published so far is in the
   // peer's memory. Before our TCP side closes (the peer takes its FIN as the

@@ -41,7 +41,11 @@ struct alignas(64) ProducerCursor {
 struct alignas(64) SideState {
   ProducerCursor produced;            // bytes written into the other side's rx ring, and map
   Cursor consumed;                    // bytes consumed from this side's rx ring
-  alignas(64) std::atomic<uint32_t> sleepers{0};  // threads of this side about to sleep on its doorbell
+  // Threads of this side about to sleep on its doorbell: the low 16 bits
+  // count those waiting for data (the peer's tail), the high 16 bits those
+  // waiting for space (the peer's head). The peer rings only for a sleeper
+  // that waits for what it published.
+  alignas(64) std::atomic<uint32_t> sleepers{0};
   std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
   // After fork, several processes may use this side: they serialize each
   // direction through these locks (a holder's pid, 0 when free).
@@ -68,7 +72,7 @@ struct SegmentHeader {
 };
 
 constexpr uint64_t kSegmentMagic = 0x676573'6873616d'64ull;  // "dmashseg", loosely
-constexpr uint32_t kSegmentVersion = 2;  // 2: ProducerCursor::map
+constexpr uint32_t kSegmentVersion = 3;  // 2: ProducerCursor::map; 3: sleepers split by direction
 constexpr size_t kHeaderBytes = 4096;
 
 static_assert(sizeof(SideState) == 192);

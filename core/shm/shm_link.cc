@@ -25,17 +25,19 @@ void ShmLink::put(uint64_t offset, const void* src, size_t len) { memcpy(tx_ + o
 // sleeper's re-check sees the data. Never both missed.
 void ShmLink::publish_tail(uint64_t tail) {
   mine_.produced.value.store(tail, std::memory_order_release);
-  wake_peer();
+  wake_peer(kDataSleepers);
 }
 
 void ShmLink::publish_head(uint64_t head) {
   mine_.consumed.value.store(head, std::memory_order_release);
-  wake_peer();
+  wake_peer(kSpaceSleepers);
 }
 
-void ShmLink::wake_peer() {
+// A peer waiting for the other direction is not woken: it would find
+// nothing, sleep again, and cost two context switches for nothing.
+void ShmLink::wake_peer(uint32_t who) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if (theirs_.sleepers.load(std::memory_order_relaxed) != 0) {
+  if ((theirs_.sleepers.load(std::memory_order_relaxed) & who) != 0) {
     uint64_t one = 1;
     ssize_t ignored = sys::real().write(segment_->doorbell(peer_), &one, sizeof one);
     (void)ignored;  // EAGAIN means the counter is already non-zero: the peer wakes anyway
@@ -45,15 +47,23 @@ void ShmLink::wake_peer() {
 uint64_t ShmLink::peer_head() { return theirs_.consumed.value.load(std::memory_order_acquire); }
 uint64_t ShmLink::peer_tail() { return theirs_.produced.value.load(std::memory_order_acquire); }
 
-void ShmLink::prepare_sleep() {
-  mine_.sleepers.fetch_add(1, std::memory_order_relaxed);
+namespace {
+uint32_t sleeper_units(unsigned what) {
+  return ((what & Link::kWaitData) ? 1u : 0u) + ((what & Link::kWaitSpace) ? 1u << 16 : 0u);
+}
+}  // namespace
+
+void ShmLink::prepare_sleep(unsigned what) {
+  mine_.sleepers.fetch_add(sleeper_units(what), std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void ShmLink::finish_sleep() {
-  // The last sleeper out drains the doorbell; earlier ones leave it readable
-  // so a thread still about to sleep cannot miss the wakeup it is owed.
-  if (mine_.sleepers.fetch_sub(1, std::memory_order_relaxed) == 1) {
+void ShmLink::finish_sleep(unsigned what, bool rung) {
+  // The last sleeper out drains the doorbell (if it was rung); earlier ones
+  // leave it readable so a thread still about to sleep cannot miss the
+  // wakeup it is owed. An undrained ring costs one later wake for nothing.
+  uint32_t units = sleeper_units(what);
+  if (mine_.sleepers.fetch_sub(units, std::memory_order_relaxed) == units && rung) {
     uint64_t count;
     ssize_t ignored = sys::real().read(segment_->doorbell(self_), &count, sizeof count);
     (void)ignored;

@@ -25,8 +25,8 @@ class ShmLink final : public Link {
   uint64_t own_tail() const override { return mine_.produced.value.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return mine_.consumed.value.load(std::memory_order_relaxed); }
   int wait_fd() const override { return segment_->doorbell(self_); }
-  void prepare_sleep() override;
-  void finish_sleep() override;
+  void prepare_sleep(unsigned what) override;
+  void finish_sleep(unsigned what, bool rung) override;
 
   Segment& segment() { return *segment_; }
   void mark_attached();
@@ -42,7 +42,8 @@ class ShmLink final : public Link {
   bool release_rx(size_t len) override { return punch(rx_, len); }
 
  private:
-  void wake_peer();
+  static constexpr uint32_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000;
+  void wake_peer(uint32_t who);
   static bool punch(unsigned char* ring, size_t len);
 
   std::unique_ptr<Segment> segment_;

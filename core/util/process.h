@@ -18,7 +18,7 @@ inline void note_fork_child() { g_fork_generation.fetch_add(1, std::memory_order
 // program's behalf"): a filter was in force when we loaded (kInherited) or
 // the program is installing one now (kInstalling: PR_SET_SECCOMP through
 // prctl; PR_SET_NO_NEW_PRIVS, which may precede a filter, counts as kInherited). Either way rdmashim makes no call of its own
-// that it can avoid (no spinning: it yields and samples the load); after
+// that it can avoid (no spinning: the spin loops yield the core); after
 // kInstalling it starts no new upgrade either.
 enum class Sandbox : int { kNone, kInherited, kInstalling };
 inline std::atomic<int> g_sandbox{0};

@@ -1,14 +1,5 @@
 #include "util/spin.h"
 
-#include <fcntl.h>
-#include <sched.h>
-#include <unistd.h>
-
-#include <atomic>
-#include <cerrno>
-#include <cstdlib>
-
-#include "sys/sys.h"
 #include "util/config.h"
 #include "util/misc.h"
 #include "util/process.h"
@@ -16,50 +7,81 @@
 namespace rdmashim {
 namespace {
 
-constexpr uint64_t kSampleNs = 2'000'000;
-std::atomic<uint64_t> g_next_sample{0};
-std::atomic<bool> g_oversubscribed{false};
+// Per thread: waits that sleep at once before the next try, and the current
+// backoff. No locks, no system calls.
+struct SpinState {
+  uint32_t skip = 0;
+  uint32_t backoff = 0;
+  uint64_t last_wait_ns = 0;
+};
+thread_local SpinState t_spin;
 
-int cpus() {
-  static const int n = [] {
-    cpu_set_t set;
-    if (sched_getaffinity(0, sizeof set, &set) == 0) return CPU_COUNT(&set);
-    long c = sysconf(_SC_NPROCESSORS_ONLN);
-    return c > 0 ? static_cast<int>(c) : 1;
-  }();
-  return n;
-}
-
-// The fourth field of /proc/loadavg is "running/total".
-int runnable_tasks() {
-  int saved = errno;
-  int fd = open("/proc/loadavg", O_RDONLY | O_CLOEXEC);
-  char buf[128];
-  ssize_t n = fd >= 0 ? sys::real().read(fd, buf, sizeof buf - 1) : -1;
-  if (fd >= 0) sys::real().close(fd);
-  errno = saved;
-  if (n <= 0) return 0;
-  buf[n] = '\0';
-  int fields = 0;
-  for (char* p = buf; *p; ++p) {
-    if (*p == ' ' && ++fields == 3) return atoi(p + 1);
-  }
-  return 0;
-}
+constexpr uint64_t kIdleResetNs = 5'000'000;  // a thread quiet this long starts afresh
+constexpr uint64_t kPreemptedNs = 20'000;     // a gap this long between two turns: we lost the CPU
+constexpr uint32_t kMaxFailBackoff = 64;
+constexpr uint32_t kMinPreemptBackoff = 8;
+constexpr uint32_t kMaxPreemptBackoff = 512;
 
 }  // namespace
 
-uint32_t spin_budget_us() {
-  uint32_t budget = config().spin_us;
-  // Spinning yields the core and samples /proc/loadavg: calls a sandbox may forbid.
-  if (budget == 0 || sandbox() != Sandbox::kNone) return 0;
-  uint64_t now = now_ns();
-  uint64_t next = g_next_sample.load(std::memory_order_relaxed);
-  if (now >= next && g_next_sample.compare_exchange_strong(next, now + kSampleNs, std::memory_order_relaxed)) {
-    // Counting ourselves: spinning is fine while every runnable task has a core.
-    g_oversubscribed.store(runnable_tasks() > cpus(), std::memory_order_relaxed);
+Spinner::Spinner(uint64_t deadline_ns) {
+  uint32_t budget_us = config().spin_us;
+  start_ = last_ = now_ns();
+  SpinState& s = t_spin;
+  if (start_ - s.last_wait_ns > kIdleResetNs) s.skip = s.backoff = 0;
+  s.last_wait_ns = start_;
+  end_ = start_ + uint64_t{budget_us} * 1000;
+  if (deadline_ns != 0 && deadline_ns < end_) end_ = deadline_ns;
+  // Sandboxed (a seccomp filter in force or coming): no spinning at all,
+  // since the spin loops yield the core, a call the filter may forbid.
+  if (budget_us == 0 || sandbox() != Sandbox::kNone) {
+    recorded_ = true;  // nothing to learn
+    return;
   }
-  return g_oversubscribed.load(std::memory_order_relaxed) ? 0 : budget;
+  if (s.skip > 0) {
+    --s.skip;
+    return;
+  }
+  spinning_ = attempted_ = end_ > start_;
+}
+
+Spinner::~Spinner() {
+  if (!recorded_) finish(false);
+}
+
+bool Spinner::keep_going() {
+  uint64_t now = now_ns();
+  if (now - last_ > kPreemptedNs) preempted_ = true;
+  last_ = now;
+  if (preempted_ || now >= end_) spinning_ = false;
+  return spinning_;
+}
+
+void Spinner::found() {
+  if (!recorded_) finish(true);
+}
+
+void Spinner::finish(bool found) {
+  recorded_ = true;
+  SpinState& s = t_spin;
+  s.last_wait_ns = now_ns();
+  if (preempted_) {
+    s.backoff = s.backoff < kMinPreemptBackoff ? kMinPreemptBackoff : s.backoff * 2;
+    if (s.backoff > kMaxPreemptBackoff) s.backoff = kMaxPreemptBackoff;
+    s.skip = s.backoff;
+  } else if (found && spinning_) {
+    // The spin paid: spin on. The backoff decays slowly: a failed spin costs
+    // the whole budget, a successful one saves a few microseconds, so
+    // spinning must succeed most of the time to be worth it.
+    s.skip = 0;
+    s.backoff = s.backoff * 7 / 8;
+  } else if (attempted_) {
+    // Spun through the whole budget for nothing.
+    s.backoff = s.backoff == 0 ? 1 : s.backoff * 2;
+    if (s.backoff > kMaxFailBackoff) s.backoff = kMaxFailBackoff;
+    s.skip = s.backoff;
+  }
+  spinning_ = false;
 }
 
 }  // namespace rdmashim

@@ -227,9 +227,9 @@ bool VerbsLink::peer_seen() const {
   return peer_seen_.load(std::memory_order_acquire);
 }
 
-void VerbsLink::prepare_sleep() { ibv_req_notify_cq(cq_, 0); }
+void VerbsLink::prepare_sleep(unsigned) { ibv_req_notify_cq(cq_, 0); }
 
-void VerbsLink::finish_sleep() {
+void VerbsLink::finish_sleep(unsigned, bool) {
   ibv_cq* cq = nullptr;
   void* ctx = nullptr;
   while (ibv()->get_cq_event(channel_, &cq, &ctx) == 0) ++events_unacked_;

@@ -84,8 +84,8 @@ class VerbsLink final : public Link {
   uint64_t own_tail() const override { return own_tail_.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return own_head_.load(std::memory_order_relaxed); }
   int wait_fd() const override { return channel_ ? channel_->fd : -1; }
-  void prepare_sleep() override;
-  void finish_sleep() override;
+  void prepare_sleep(unsigned what) override;
+  void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
   int flush(int timeout_ms) override;
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }

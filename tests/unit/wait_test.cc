@@ -1,0 +1,163 @@
+// Waiting: the doorbell rings only for a sleeper that waits for what was
+// published, a woken sleeper drains it only when it was rung, and the
+// per-thread spin decision (util/spin.h) learns from the thread's own waits
+// without reading anything from /proc.
+#include <fcntl.h>
+#include <poll.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include <gtest/gtest.h>
+
+#include "shm/shm_link.h"
+#include "util/misc.h"
+#include "util/process.h"
+#include "util/spin.h"
+
+namespace rdmashim {
+namespace {
+
+using shm::Segment;
+using shm::ShmLink;
+
+bool readable(int fd) {
+  pollfd p{fd, POLLIN, 0};
+  return poll(&p, 1, 0) == 1;
+}
+
+struct Pair {
+  Pair() {
+    int err = 0;
+    auto seg = Segment::create(4096, &err);
+    EXPECT_NE(seg, nullptr) << err;
+    auto other = Segment::attach(UniqueFd(fcntl(seg->memfd(), F_DUPFD_CLOEXEC, 0)),
+                                 UniqueFd(fcntl(seg->doorbell(shm::kClient), F_DUPFD_CLOEXEC, 0)),
+                                 UniqueFd(fcntl(seg->doorbell(shm::kServer), F_DUPFD_CLOEXEC, 0)), 4096, &err);
+    EXPECT_NE(other, nullptr) << err;
+    server = std::make_unique<ShmLink>(std::move(seg), shm::kServer);
+    client = std::make_unique<ShmLink>(std::move(other), shm::kClient);
+  }
+  std::unique_ptr<ShmLink> server, client;
+};
+
+TEST(Doorbell, ReaderIsNotRungWhenThePeerConsumes) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);
+  p.server->publish_head(64);  // the server consumed: news for a writer only
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "a reader waiting for data was woken by a head";
+  p.server->publish_tail(64);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "the last sleeper out drains a rung doorbell";
+}
+
+TEST(Doorbell, WriterIsRungByHeadOnly) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitSpace);
+  p.server->publish_tail(64);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "a writer waiting for space was woken by a tail";
+  p.server->publish_head(64);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitSpace, true);
+  // Nobody sleeps now: publishing rings nothing (no system call).
+  p.server->publish_tail(128);
+  p.server->publish_head(128);
+  EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+TEST(Doorbell, BothDirectionsAndUndrainedRing) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitAny);
+  p.server->publish_head(64);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  // Woken by something else (rung: false): the ring stays for a later sleep.
+  p.client->finish_sleep(Link::kWaitAny, false);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  p.client->prepare_sleep(Link::kWaitData);
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// One wait that spins until the budget runs out (nothing comes).
+bool failed_wait() {
+  Spinner s;
+  bool spun = s.spinning();
+  while (s.spinning()) s.keep_going();
+  return spun;
+}
+
+TEST(Spin, FreshThreadSpinsAndBacksOffExponentially) {
+  std::thread([] {
+    EXPECT_TRUE(failed_wait()) << "a fresh thread gets the fast path";
+    // A failed spin makes the next waits sleep at once (1, 2, 4 ... after a
+    // plain failure; 8 or more if the spin also lost its CPU, which a loaded
+    // machine may do to this test), then one tries again, later each time.
+    int last = 0;
+    for (int round = 0; round < 3; ++round) {
+      int skipped = 0;
+      while (!failed_wait() && skipped <= 600) ++skipped;
+      EXPECT_GE(skipped, 1) << "round " << round;
+      EXPECT_LE(skipped, 600) << "round " << round << ": never tried again";
+      EXPECT_GE(skipped, last) << "round " << round << ": the backoff shrank after a failure";
+      last = skipped;
+    }
+    // Successes shrink the backoff.
+    for (int i = 0; i < 8; ++i) failed_wait();
+    for (;;) {  // skipped waits change nothing; the next spin finds its answer
+      Spinner s;
+      if (s.spinning()) {
+        s.found();
+        break;
+      }
+    }
+    Spinner after;
+    EXPECT_TRUE(after.spinning()) << "spinning that paid goes on";
+    after.found();
+  }).join();
+}
+
+TEST(Spin, PreemptionBacksOffAndIdleResets) {
+  std::thread([] {
+    {
+      Spinner s;
+      ASSERT_TRUE(s.spinning());
+      usleep(1000);  // as if the scheduler took the CPU away mid-spin
+      EXPECT_FALSE(s.keep_going());
+    }
+    for (int i = 0; i < 8; ++i) {
+      Spinner s;
+      EXPECT_FALSE(s.spinning()) << "a preempted spinner sleeps at once for a while (turn " << i << ")";
+    }
+    usleep(10'000);  // quiet for longer than the idle reset
+    Spinner s;
+    EXPECT_TRUE(s.spinning()) << "a thread back from idle gets the fast path";
+    s.found();
+  }).join();
+}
+
+// Under a seccomp filter (in force or coming) a thread never spins: the
+// spin loops call sched_yield, which the filter may forbid.
+TEST(Spin, SandboxedNeverSpins) {
+  std::thread([] {
+    {
+      Spinner fresh;
+      ASSERT_TRUE(fresh.spinning()) << "a fresh thread spins when not sandboxed";
+      fresh.found();
+    }
+    int saved = g_sandbox.load();
+    for (Sandbox sb : {Sandbox::kInherited, Sandbox::kInstalling}) {
+      g_sandbox.store(static_cast<int>(sb));
+      usleep(10'000);  // past the idle reset: a fresh thread's fast path
+      for (int i = 0; i < 4; ++i) {
+        Spinner s;
+        EXPECT_FALSE(s.spinning()) << "sandbox " << static_cast<int>(sb) << ", turn " << i;
+        s.found();  // success must not bring spinning back either
+      }
+    }
+    g_sandbox.store(saved);
+  }).join();
+}
+
+}  // namespace
+}  // namespace rdmashim

@@ -1,0 +1,154 @@
+// tcpPingPong's connection modes (--local only; the server is a forked
+// child, so under `rdmashim run` both ends upgrade):
+//   --connects N  connect, one size-byte exchange, close, N times in a row:
+//                 what setting up (and tearing down) a connection costs
+//   --hold N      N connections open at once after one exchange each; both
+//                 sides count their open descriptors (/proc/self/fd)
+#include "tcp_modes.h"
+
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "tcp_socket.h"
+#include "util/misc.h"
+
+namespace rdmashim::tools {
+namespace {
+
+int open_fds() {
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int n = 0;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;  // the directory's own descriptor
+}
+
+bool exchange(Channel& ch, std::vector<char>& buf) {
+  return ch.send_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size()) &&
+         ch.recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size());
+}
+
+bool echo(Channel& ch, std::vector<char>& buf) {
+  return ch.recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size()) &&
+         ch.send_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size());
+}
+
+int accept_one(int listener) {
+  for (;;) {
+    int fd = accept(listener, nullptr, nullptr);
+    if (fd >= 0 || errno != EINTR) return fd;
+  }
+}
+
+// The forked server of both modes. Returns its exit code.
+int serve(const char* tool, int listener, const PingPongOptions& o) {
+  std::vector<char> buf(o.size);
+  if (o.connects) {
+    for (uint64_t i = 0; i < o.connects; ++i) {
+      int fd = accept_one(listener);
+      if (fd < 0) return perror("accept"), 1;
+      tcp_nodelay(fd);
+      Channel ch = tcp_channel(fd);
+      serve_pingpong(ch, o.size);
+      close(fd);
+    }
+    return 0;
+  }
+  std::vector<int> fds;
+  std::vector<Channel> chans;
+  for (uint64_t i = 0; i < o.hold; ++i) {
+    int fd = accept_one(listener);
+    if (fd < 0) return perror("accept"), 1;
+    fds.push_back(fd);
+    chans.push_back(tcp_channel(fd));
+    if (!echo(chans.back(), buf)) return fprintf(stderr, "%s: exchange %llu failed\n", tool, (unsigned long long)i), 1;
+  }
+  close(listener);
+  // Our count goes back on the last connection, in one message.
+  std::fill(buf.begin(), buf.end(), '\0');
+  snprintf(buf.data(), buf.size(), "%d", open_fds());
+  chans.back().send_all(buf.data(), buf.size());
+  chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
+  for (int fd : fds) close(fd);
+  return 0;
+}
+
+}  // namespace
+
+int run_connection_mode(const char* tool, const PingPongOptions& o) {
+  uint16_t port = 0;
+  int l = tcp_listen(tool, "127.0.0.1", 0, &port);
+  if (l < 0) return 1;
+  int base = open_fds();  // the client's descriptors before any connection (the listener closed below)
+  pid_t child = fork();
+  if (child < 0) return perror("fork"), 1;
+  if (child == 0) _exit(serve(tool, l, o));
+  close(l);
+  --base;
+  std::vector<char> buf(o.size, 'x');
+  int rc = 0;
+  if (o.connects) {
+    std::vector<uint32_t> ns;
+    uint64_t start = now_ns();
+    for (uint64_t i = 0; i < o.connects && rc == 0; ++i) {
+      uint64_t t0 = now_ns();
+      int fd = tcp_connect(tool, "127.0.0.1", port);
+      if (fd < 0) {
+        rc = 1;
+        break;
+      }
+      Channel ch = tcp_channel(fd);
+      if (!exchange(ch, buf)) rc = 1, fprintf(stderr, "%s: exchange on connection %llu failed\n", tool, (unsigned long long)i);
+      close(fd);
+      ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(now_ns() - t0, UINT32_MAX)));
+    }
+    double seconds = static_cast<double>(now_ns() - start) / 1e9;
+    if (rc == 0) {
+      std::sort(ns.begin(), ns.end());
+      auto pct = [&](double p) { return ns[std::min(ns.size() - 1, static_cast<size_t>(p * ns.size()))] / 1e3; };
+      printf("{\"tool\":\"%s\",\"mode\":\"connects\",\"size\":%zu,\"connections\":%llu,\"seconds\":%.6f,"
+             "\"connections_per_s\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+             tool, o.size, (unsigned long long)o.connects, seconds, static_cast<double>(o.connects) / seconds,
+             pct(0.5), pct(0.99));
+    }
+  } else {
+    std::vector<int> fds;
+    std::vector<Channel> chans;
+    for (uint64_t i = 0; i < o.hold && rc == 0; ++i) {
+      int fd = tcp_connect(tool, "127.0.0.1", port);
+      if (fd < 0) {
+        rc = 1;
+        break;
+      }
+      fds.push_back(fd);
+      chans.push_back(tcp_channel(fd));
+      if (!exchange(chans.back(), buf)) rc = 1;
+    }
+    int mine = open_fds();
+    if (rc == 0 && chans.back().recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size())) {
+      buf.back() = '\0';
+      printf("{\"tool\":\"%s\",\"mode\":\"hold\",\"connections\":%llu,\"client_fds\":%d,\"client_base_fds\":%d,"
+             "\"server_fds\":%s}\n",
+             tool, (unsigned long long)o.hold, mine, base, buf.data());
+    } else {
+      fprintf(stderr, "%s: --hold: exchanges failed\n", tool);
+      rc = 1;
+    }
+    for (int fd : fds) close(fd);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  return rc != 0 ? rc : (WIFEXITED(status) ? WEXITSTATUS(status) : 1);
+}
+
+}  // namespace rdmashim::tools
