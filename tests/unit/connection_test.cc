@@ -424,7 +424,7 @@ TEST(Connection, ClientAttachesAfterTheServerClosedItsEnd) {
   EXPECT_STREQ(client->transport_name(), "shm");
 }
 
-TEST(Connection, HelloWithOnlyOptionalFlagsStillUpgrades) {
+TEST(Wire, HelloWithOnlyOptionalFlagsIsUnderstood) {
   wire::Hello h{};
   memcpy(h.magic, wire::kHelloMagic, 8);
   h.version = wire::kVersion;
