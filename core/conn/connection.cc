@@ -79,6 +79,7 @@ void Connection::settle(stats::Outcome o) {
   settled_ = true;
   outcome_ = o;
   stats::count(o);
+  stat_row_.open(fd(), o, role_ == Role::kServer, ring_ ? ring_->link().ring_size() : 0);
   RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 

@@ -24,6 +24,7 @@
 // doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
+#include <sys/socket.h>
 #include <sys/uio.h>
 
 #include <atomic>
@@ -63,8 +64,21 @@ class Connection {
 
   // `calls`: the family of the program's call (sys/calls.h). Every system
   // call made on the socket inside is of that family where it can be.
-  ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
-  ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
+  // Counted in this process's stats row (relaxed adds, and the ring's fill).
+  ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
+    ssize_t n = recv_stream(iov, iovcnt, flags, calls);
+    if (n > 0 && !(flags & MSG_PEEK)) {
+      stat_row_.received(n);
+      if (rx_ring_.load(std::memory_order_relaxed)) stat_row_.rx_fill(ring_->unread_hint());
+    }
+    return n;
+  }
+  ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
+    ssize_t n = send_stream(iov, iovcnt, flags, calls);
+    stat_row_.sent(n);
+    if (n > 0 && tx_ring_.load(std::memory_order_relaxed)) stat_row_.tx_fill(ring_->unacked_hint());
+    return n;
+  }
   // For splice() and sendfile() out of the stream: peeks up to `len` bytes
   // (waiting as recv with `flags` would), hands them to `sink`, which returns
   // how many it took or -errno, and consumes exactly those; repeats without
@@ -202,6 +216,10 @@ class Connection {
     Transport::Dir d_;
     bool held_ = false;
   };
+
+  ssize_t recv_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls);  // data_path.cc
+  ssize_t send_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
+  stats::Row stat_row_;  // this connection's row in `rdmashim stat`, from settle() on
 
   // Receive side; rx_mu_ held. Handlers that also change the send side take
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.

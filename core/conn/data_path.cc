@@ -31,7 +31,7 @@ constexpr uint64_t kHelloGraceNs = 1'000'000;
 // ---------------------------------------------------------------------------
 // Receiving
 
-ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
+ssize_t Connection::recv_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   io_started_.store(true, std::memory_order_relaxed);
   last_calls_.store(calls, std::memory_order_relaxed);
   sys::CallScope scope(calls, false);
@@ -370,7 +370,7 @@ bool Connection::abort_if_data_after_shutdown() {
 // ---------------------------------------------------------------------------
 // Sending
 
-ssize_t Connection::send(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
+ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   // During the handshake a send may settle what the receive side is waiting
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.
