@@ -45,7 +45,9 @@ struct Conn {
   uint64_t inode = 0, ring = 0;
   uint64_t tx_bytes = 0, tx_msgs = 0, rx_bytes = 0, rx_msgs = 0, rx_unread = 0, tx_unacked = 0;
   bool kernel_counts = false;  // bytes from the kernel's tcp_info, messages unknown
-  bool paired = false;         // fill from both ends' byte counts (else as last seen by this end)
+  // Where rx_unread/tx_unacked come from: both ends' byte counters (a ring
+  // whose two ends we see), the kernel's queues (TCP), or unknown.
+  const char* fill = "unknown";
 };
 
 struct Proc {
@@ -87,8 +89,6 @@ bool read_row(const stats::Slot& s, Conn* c) {
     c->tx_msgs = s.tx_msgs.load(std::memory_order_relaxed);
     c->rx_bytes = s.rx_bytes.load(std::memory_order_relaxed);
     c->rx_msgs = s.rx_msgs.load(std::memory_order_relaxed);
-    c->rx_unread = s.rx_unread.load(std::memory_order_relaxed);
-    c->tx_unacked = s.tx_unacked.load(std::memory_order_relaxed);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) != seq) continue;
     c->local = address(local);
@@ -124,10 +124,15 @@ bool read_page(int fd, int pid, Proc* out) {
   return ok;
 }
 
-// socket inode -> (bytes acknowledged by the peer, bytes received), for every
-// TCP socket in our network namespace (what `ss -ti` shows).
-std::map<uint64_t, std::pair<uint64_t, uint64_t>> kernel_tcp_bytes() {
-  std::map<uint64_t, std::pair<uint64_t, uint64_t>> out;
+// What the kernel knows of a TCP socket (what `ss -ti` shows).
+struct KernelTcp {
+  uint64_t acked, received;  // bytes
+  uint32_t rqueue, wqueue;   // bytes not yet read / not yet acknowledged
+};
+
+// socket inode -> its counters, for every TCP socket in our network namespace.
+std::map<uint64_t, KernelTcp> kernel_tcp() {
+  std::map<uint64_t, KernelTcp> out;
   int s = socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
   if (s < 0) return out;
   for (int family : {AF_INET, AF_INET6}) {
@@ -159,7 +164,8 @@ std::map<uint64_t, std::pair<uint64_t, uint64_t>> kernel_tcp_bytes() {
           if (a->rta_type != INET_DIAG_INFO) continue;
           tcp_info info{};
           memcpy(&info, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof info));
-          out[msg->idiag_inode] = {info.tcpi_bytes_acked, info.tcpi_bytes_received};
+          out[msg->idiag_inode] = {info.tcpi_bytes_acked, info.tcpi_bytes_received, msg->idiag_rqueue,
+                                   msg->idiag_wqueue};
         }
       }
     }
@@ -212,15 +218,18 @@ std::vector<Proc> collect() {
   for (auto& p : out)
     for (auto& c : p.conns) any_tcp |= c.outcome != Outcome::kShm && c.outcome != Outcome::kVerbs;
   if (any_tcp) {
-    auto kernel = kernel_tcp_bytes();
+    auto kernel = kernel_tcp();
     for (auto& p : out) {
       for (auto& c : p.conns) {
         if (c.outcome == Outcome::kShm || c.outcome == Outcome::kVerbs) continue;
         auto it = kernel.find(c.inode);
         if (it == kernel.end()) continue;
         c.kernel_counts = true;
-        c.tx_bytes = it->second.first;
-        c.rx_bytes = it->second.second;
+        c.tx_bytes = it->second.acked;
+        c.rx_bytes = it->second.received;
+        c.rx_unread = it->second.rqueue;
+        c.tx_unacked = it->second.wqueue;
+        c.fill = "kernel";
       }
     }
   }
@@ -244,7 +253,7 @@ void pair_rings(std::vector<Proc>& procs) {
     if (a.ring != b.ring) continue;
     a.rx_unread = b.tx_bytes > a.rx_bytes ? b.tx_bytes - a.rx_bytes : 0;
     a.tx_unacked = a.tx_bytes > b.rx_bytes ? a.tx_bytes - b.rx_bytes : 0;
-    a.paired = true;
+    a.fill = "both-ends";
   }
 }
 
@@ -265,6 +274,7 @@ void print_json(const std::vector<Proc>& procs) {
            static_cast<unsigned long long>(pr.unlisted));
     for (size_t i = 0; i < pr.conns.size(); ++i) {
       const Conn& c = pr.conns[i];
+      bool known = strcmp(c.fill, "unknown") != 0;
       std::string msgs_tx = c.kernel_counts ? "null" : u64(c.tx_msgs), msgs_rx = c.kernel_counts ? "null" : u64(c.rx_msgs);
       printf("%s{\"fd\":%d,\"role\":\"%s\",\"local\":%s,\"peer\":%s,\"transport\":%s,\"counted_by\":\"%s\","
              "\"tx_bytes\":%s,\"tx_msgs\":%s,\"rx_bytes\":%s,\"rx_msgs\":%s,\"ring_bytes\":%s,"
@@ -272,8 +282,7 @@ void print_json(const std::vector<Proc>& procs) {
              i ? "," : "", c.fd, c.server ? "server" : "client", json_quote(c.local).c_str(),
              json_quote(c.peer).c_str(), json_quote(outcome_name(c.outcome)).c_str(), c.kernel_counts ? "kernel" : "rdmashim",
              u64(c.tx_bytes).c_str(), msgs_tx.c_str(), u64(c.rx_bytes).c_str(), msgs_rx.c_str(), u64(c.ring).c_str(),
-             u64(c.rx_unread).c_str(), u64(c.tx_unacked).c_str(),
-             !c.ring ? "none" : c.paired ? "both-ends" : "last-call");
+             known ? u64(c.rx_unread).c_str() : "null", known ? u64(c.tx_unacked).c_str() : "null", c.fill);
     }
     printf("]}");
   }
@@ -317,12 +326,12 @@ void print_text(const std::vector<Proc>& procs) {
   for (auto& p : procs) {
     if (p.version == 1) printf("%-8d (an older rdmashim: counters only, no connection list)\n", p.pid);
     for (auto& c : p.conns) {
-      bool ring = c.ring != 0;
+      bool ring = c.ring != 0, known = strcmp(c.fill, "unknown") != 0;
       printf("%-8d %-5d %-6s %-22s %-22s %-22s %8s %8s %8s %8s %7s %7s %7s\n", p.pid, c.fd,
              c.server ? "server" : "client", c.local.c_str(), c.peer.c_str(), outcome_name(c.outcome),
              human(c.tx_bytes).c_str(), c.kernel_counts ? "-" : u64(c.tx_msgs).c_str(), human(c.rx_bytes).c_str(),
              c.kernel_counts ? "-" : u64(c.rx_msgs).c_str(), ring ? human(c.ring).c_str() : "-",
-             ring ? human(c.rx_unread).c_str() : "-", ring ? human(c.tx_unacked).c_str() : "-");
+             known ? human(c.rx_unread).c_str() : "?", known ? human(c.tx_unacked).c_str() : "?");
     }
     if (p.unlisted) printf("%-8d (+%llu not listed)\n", p.pid, static_cast<unsigned long long>(p.unlisted));
   }

@@ -24,7 +24,7 @@
 // doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
-#include <sys/socket.h>
+#include <sys/socket.h>  // MSG_PEEK
 #include <sys/uio.h>
 
 #include <atomic>
@@ -64,19 +64,15 @@ class Connection {
 
   // `calls`: the family of the program's call (sys/calls.h). Every system
   // call made on the socket inside is of that family where it can be.
-  // Counted in this process's stats row (relaxed adds, and the ring's fill).
+  // Counted in this process's stats row (two relaxed adds, no system call).
   ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
     ssize_t n = recv_stream(iov, iovcnt, flags, calls);
-    if (n > 0 && !(flags & MSG_PEEK)) {
-      stat_row_.received(n);
-      if (rx_ring_.load(std::memory_order_relaxed)) stat_row_.rx_fill(ring_->unread_hint());
-    }
+    if (!(flags & MSG_PEEK)) stat_row_.received(n);
     return n;
   }
   ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
     ssize_t n = send_stream(iov, iovcnt, flags, calls);
     stat_row_.sent(n);
-    if (n > 0 && tx_ring_.load(std::memory_order_relaxed)) stat_row_.tx_fill(ring_->unacked_hint());
     return n;
   }
   // For splice() and sendfile() out of the stream: peeks up to `len` bytes

@@ -42,8 +42,9 @@ constexpr int kOutcomes = static_cast<int>(Outcome::kCount);
 //  32  local      sockaddr_in6 (28 bytes; an AF_INET address fits), pad to 64
 //  64  peer       sockaddr_in6, pad to 96
 //  96  tx_bytes tx_msgs rx_bytes rx_msgs  u64 each: what Connection::send/recv returned
-// 128  rx_unread  u64 unread bytes in our receive ring after our last recv
-// 136  tx_unacked u64 bytes of ours the peer had not consumed after our last send
+// 128  rx_unread, tx_unacked  u64 each: reserved (0). The rings' fill is what
+//      one end's tx_bytes exceeds the other end's rx_bytes, computed by the
+//      reader when it sees both ends (the data path pays nothing for it).
 // 144  opened_ns  u64 CLOCK_REALTIME at settle
 struct Slot {
   std::atomic<uint32_t> seq;
@@ -113,28 +114,23 @@ class Row {
   void close();
   Slot* row() const { return slot_; }
   // The data path: relaxed adds to our own row (to the Row itself before
-  // open(): what moved during the handshake is carried over).
+  // open(): what moved during the handshake is carried over). A load and a
+  // store, no locked instruction: two threads sending on one connection at
+  // once may lose a count, never corrupt one.
   void sent(ssize_t n) const {
-    if (n > 0) {
-      auto* c = ctr_.load(std::memory_order_relaxed);
-      c[kTxBytes].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-      c[kTxMsgs].fetch_add(1, std::memory_order_relaxed);
-    }
+    if (n > 0) bump(ctr_.load(std::memory_order_relaxed) + kTxBytes, static_cast<uint64_t>(n));
   }
   void received(ssize_t n) const {
-    if (n > 0) {
-      auto* c = ctr_.load(std::memory_order_relaxed);
-      c[kRxBytes].fetch_add(static_cast<uint64_t>(n), std::memory_order_relaxed);
-      c[kRxMsgs].fetch_add(1, std::memory_order_relaxed);
-    }
+    if (n > 0) bump(ctr_.load(std::memory_order_relaxed) + kRxBytes, static_cast<uint64_t>(n));
   }
-  // The rings' fill as last seen by this process (a store, no system call).
-  void rx_fill(uint64_t unread) const { ctr_.load(std::memory_order_relaxed)[kRxUnread].store(unread, std::memory_order_relaxed); }
-  void tx_fill(uint64_t unacked) const { ctr_.load(std::memory_order_relaxed)[kTxUnacked].store(unacked, std::memory_order_relaxed); }
 
  private:
   // Slot's tx_bytes .. tx_unacked, in order.
   enum { kTxBytes, kTxMsgs, kRxBytes, kRxMsgs, kRxUnread, kTxUnacked, kCounters };
+  static void bump(std::atomic<uint64_t>* c, uint64_t n) {  // c[0] += n, c[1] += 1
+    c[0].store(c[0].load(std::memory_order_relaxed) + n, std::memory_order_relaxed);
+    c[1].store(c[1].load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  }
   mutable std::atomic<uint64_t> own_[kCounters] = {};
   std::atomic<std::atomic<uint64_t>*> ctr_{own_};
   Slot* slot_ = nullptr;
