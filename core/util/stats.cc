@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <mutex>
+#include <new>
 
 #include "sys/sys.h"
 
@@ -88,6 +89,7 @@ void count(Outcome o) {
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }
 
 void after_fork_child() {
+  new (&g_mu) std::mutex();  // another thread of the parent may have held it
   for (auto& c : g_local) c.store(0, std::memory_order_relaxed);
   Page* p = g_page.load(std::memory_order_relaxed);
   if (!p) return;
@@ -107,6 +109,9 @@ void after_fork_child() {
     stamp(p);
     for (Slot& s : p->slot) {
       for (auto* c : {&s.tx_bytes, &s.tx_msgs, &s.rx_bytes, &s.rx_msgs}) c->store(0, std::memory_order_relaxed);
+      // A row another thread was filling at fork: nobody here will finish it.
+      uint32_t seq = s.seq.load(std::memory_order_relaxed);
+      if (seq % 4 == 1) s.seq.store(seq + 3, std::memory_order_relaxed);
     }
   }
   if (copy != MAP_FAILED) munmap(copy, kPageBytes);
