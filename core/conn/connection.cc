@@ -80,6 +80,7 @@ void Connection::settle(stats::Outcome o) {
   announce_.reset();  // a server waiting for our Hello has it, or need not wait
   outcome_ = o;
   stats::count(o);
+  stat_row_.open(fd(), o, role_ == Role::kServer, ring_ ? ring_->link().ring_size() : 0);
   RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 

@@ -24,9 +24,11 @@
 // doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
 #pragma once
 
+#include <sys/socket.h>  // MSG_PEEK
 #include <sys/uio.h>
 
 #include <atomic>
+#include <cerrno>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -65,8 +67,19 @@ class Connection {
 
   // `calls`: the family of the program's call (sys/calls.h). Every system
   // call made on the socket inside is of that family where it can be.
-  ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
-  ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg);
+  // Counted in this process's stats row (two relaxed adds, no system call).
+  ssize_t recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
+    ssize_t n = recv_stream(iov, iovcnt, flags, calls);
+    if (n == -EAGAIN) rx_again_.fetch_add(1, std::memory_order_relaxed);  // an edge while on TCP
+    else if (!(flags & MSG_PEEK)) stat_row_.received(n);
+    return n;
+  }
+  ssize_t send(const iovec* iov, int iovcnt, int flags, sys::Calls calls = sys::Calls::kMsg) {
+    ssize_t n = send_stream(iov, iovcnt, flags, calls);
+    if (n == -EAGAIN) tx_again_.fetch_add(1, std::memory_order_relaxed);
+    else stat_row_.sent(n);
+    return n;
+  }
   // For splice() and sendfile() out of the stream: peeks up to `len` bytes
   // (waiting as recv with `flags` would), hands them to `sink`, which returns
   // how many it took or -errno, and consumes exactly those; repeats without
@@ -209,8 +222,9 @@ class Connection {
     bool held_ = false;
   };
 
-  ssize_t recv_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
-  ssize_t send_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
+  ssize_t recv_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls);  // data_path.cc
+  ssize_t send_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls);
+  stats::Row stat_row_;  // this connection's row in `rdmashim stat`, from settle() on
 
   // Receive side; rx_mu_ held. Handlers that also change the send side take
   // tx_mu_ themselves unless tx_held_ says this thread holds it already.

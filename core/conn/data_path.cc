@@ -28,19 +28,7 @@ constexpr int kMaxIov = 64;
 // ---------------------------------------------------------------------------
 // Receiving
 
-ssize_t Connection::recv(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
-  ssize_t r = recv_io(iov, iovcnt, flags, calls);
-  if (r == -EAGAIN) rx_again_.fetch_add(1, std::memory_order_relaxed);
-  return r;
-}
-
-ssize_t Connection::send(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
-  ssize_t r = send_io(iov, iovcnt, flags, calls);
-  if (r == -EAGAIN) tx_again_.fetch_add(1, std::memory_order_relaxed);
-  return r;
-}
-
-ssize_t Connection::recv_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
+ssize_t Connection::recv_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   io_started_.store(true, std::memory_order_relaxed);
   last_calls_.store(calls, std::memory_order_relaxed);
   sys::CallScope scope(calls, false);
@@ -379,7 +367,7 @@ bool Connection::abort_if_data_after_shutdown() {
 // ---------------------------------------------------------------------------
 // Sending
 
-ssize_t Connection::send_io(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
+ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Calls calls) {
   // During the handshake a send may settle what the receive side is waiting
   // for (a Hello or an Ack already queued); it takes the receive lock only if
   // free, since a reader that holds it settles the same thing itself.

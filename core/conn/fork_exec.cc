@@ -96,6 +96,7 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   c->io_started_.store(true);
   c->settled_ = true;
   c->outcome_ = stats::Outcome::kShm;
+  c->stat_row_.open(fd, c->outcome_, role == 's', c->ring_->link().ring_size());
   RDMASHIM_INFO("fd %d (%s) -> shm (inherited across exec)", fd, role == 'c' ? "client" : "server");
   return c;
 }

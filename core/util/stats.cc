@@ -2,10 +2,15 @@
 
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <mutex>
+#include <new>
 
 #include "sys/sys.h"
 
@@ -16,7 +21,31 @@ namespace {
 std::atomic<uint64_t> g_local[static_cast<int>(Outcome::kCount)];
 std::atomic<Page*> g_page{nullptr};
 int g_fd = -1;
-std::mutex g_mu;
+std::mutex g_mu;  // page creation, and taking or giving back a row
+
+// A new sealed memfd of kPageBytes, mapped at `at` (MAP_FIXED) or anywhere.
+void* map_new(int* fd_out, void* at) {
+  int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  void* m = MAP_FAILED;
+  if (fd >= 0 && ftruncate(fd, kPageBytes) == 0) {
+    m = mmap(at, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
+  }
+  if (m == MAP_FAILED) {
+    if (fd >= 0) sys::real().close(fd);
+    return nullptr;
+  }
+  sys::real().fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
+  *fd_out = fd;
+  return m;
+}
+
+void stamp(Page* p) {
+  p->magic = kPageMagic;
+  p->version = kPageVersion;
+  p->pid = static_cast<int32_t>(getpid());
+  p->slots = kSlots;
+  for (int i = 0; i < kOutcomes; ++i) p->counts[i].store(g_local[i].load());
+}
 
 Page* page() {
   Page* p = g_page.load(std::memory_order_acquire);
@@ -24,23 +53,12 @@ Page* page() {
   std::lock_guard<std::mutex> lock(g_mu);
   if ((p = g_page.load(std::memory_order_relaxed))) return p;
   int saved = errno;
-  int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
-  void* m = MAP_FAILED;
-  if (fd >= 0 && ftruncate(fd, 4096) == 0) m = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
-  if (m == MAP_FAILED) {
-    if (fd >= 0) sys::real().close(fd);
-    errno = saved;
-    return nullptr;
-  }
-  sys::real().fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
-  p = new (m) Page();
-  p->magic = kPageMagic;
-  p->version = kPageVersion;
-  p->pid = static_cast<int32_t>(getpid());
-  for (int i = 0; i < static_cast<int>(Outcome::kCount); ++i) p->counts[i].store(g_local[i].load());
-  g_fd = fd;
-  g_page.store(p, std::memory_order_release);
+  void* m = map_new(&g_fd, nullptr);
   errno = saved;
+  if (!m) return nullptr;
+  p = new (m) Page();
+  stamp(p);
+  g_page.store(p, std::memory_order_release);
   return p;
 }
 
@@ -71,11 +89,92 @@ void count(Outcome o) {
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }
 
 void after_fork_child() {
-  Page* p = g_page.exchange(nullptr, std::memory_order_acq_rel);
-  if (p) munmap(p, 4096);
-  if (g_fd >= 0) sys::real().close(g_fd);
-  g_fd = -1;
+  new (&g_mu) std::mutex();  // another thread of the parent may have held it
   for (auto& c : g_local) c.store(0, std::memory_order_relaxed);
+  Page* p = g_page.load(std::memory_order_relaxed);
+  if (!p) return;
+  // The rows of the connections we inherited stay at the same address (their
+  // Row points there): a copy of the page goes over the parent's mapping.
+  int saved = errno;
+  void* copy = mmap(nullptr, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (copy != MAP_FAILED) memcpy(copy, p, kPageBytes);
+  int old_fd = g_fd;
+  g_fd = -1;
+  if (copy == MAP_FAILED || !map_new(&g_fd, p)) {
+    // Rows must not write the parent's page: they write a private one nobody reads.
+    g_page.store(nullptr, std::memory_order_relaxed);
+    mmap(p, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
+  } else {
+    memcpy(static_cast<void*>(p), copy, kPageBytes);
+    stamp(p);
+    for (Slot& s : p->slot) {
+      for (auto* c : {&s.tx_bytes, &s.tx_msgs, &s.rx_bytes, &s.rx_msgs}) c->store(0, std::memory_order_relaxed);
+      // A row another thread was filling at fork: nobody here will finish it.
+      uint32_t seq = s.seq.load(std::memory_order_relaxed);
+      if (seq % 4 == 1) s.seq.store(seq + 3, std::memory_order_relaxed);
+    }
+  }
+  if (copy != MAP_FAILED) munmap(copy, kPageBytes);
+  if (old_fd >= 0) sys::real().close(old_fd);
+  errno = saved;
+}
+
+void Row::open(int fd, Outcome o, bool server, uint64_t ring_bytes) {
+  if (slot_ || unlisted_) return;
+  Page* p = page();
+  if (!p) return;
+  Slot* s = nullptr;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    for (Slot& c : p->slot) {
+      uint32_t seq = c.seq.load(std::memory_order_relaxed);
+      if (seq % 4 == 0) {
+        s = &c;
+        s->seq.store(seq + 1, std::memory_order_relaxed);
+        break;
+      }
+    }
+  }
+  if (!s) {
+    unlisted_ = true;
+    p->unlisted.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  std::atomic_thread_fence(std::memory_order_release);
+  int saved = errno;
+  s->outcome = static_cast<int32_t>(o);
+  s->fd = fd;
+  s->role = server ? 1 : 0;
+  s->ring_bytes = ring_bytes;
+  struct stat st{};
+  s->inode = fstat(fd, &st) == 0 ? st.st_ino : 0;
+  socklen_t len = sizeof s->local;
+  memset(&s->local, 0, sizeof s->local);
+  memset(&s->peer, 0, sizeof s->peer);
+  sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&s->local), &len);
+  len = sizeof s->peer;
+  sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&s->peer), &len);
+  std::atomic<uint64_t>* row = &s->tx_bytes;
+  for (int i = 0; i < kCounters; ++i) row[i].store(own_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
+  ctr_.store(row, std::memory_order_relaxed);
+  timespec ts{};
+  clock_gettime(CLOCK_REALTIME, &ts);
+  s->opened_ns = static_cast<uint64_t>(ts.tv_sec) * 1'000'000'000u + static_cast<uint64_t>(ts.tv_nsec);
+  errno = saved;
+  s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+  slot_ = s;
+}
+
+void Row::close() {
+  if (unlisted_) {
+    if (Page* p = g_page.load(std::memory_order_relaxed)) p->unlisted.fetch_sub(1, std::memory_order_relaxed);
+    unlisted_ = false;
+  }
+  if (!slot_) return;
+  ctr_.store(own_, std::memory_order_relaxed);
+  std::lock_guard<std::mutex> lock(g_mu);
+  if (g_page.load(std::memory_order_relaxed)) slot_->seq.fetch_add(2, std::memory_order_release);
+  slot_ = nullptr;
 }
 
 }  // namespace rdmashim::stats
