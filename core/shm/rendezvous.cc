@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/log.h"
 #include "util/misc.h"
 
 namespace rdmashim::shm {
@@ -85,7 +86,11 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
                      const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds]) {
   const auto& sys = sys::real();
   UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) return -errno;
+  if (!fd) {
+    int err = -errno;
+    RDMASHIM_DEBUG("shm handover: socket failed: %s", strerror(-err));
+    return err;
+  }
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
   Handoff h;
@@ -99,8 +104,14 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   c->cmsg_type = SCM_RIGHTS;
   c->cmsg_len = CMSG_LEN(sizeof(int) * kHandoffFds);
   memcpy(CMSG_DATA(c), fds, sizeof(int) * kHandoffFds);
+  // Never blocks: filtered datagrams are dropped before the receiver's queue
+  // (max_dgram_qlen) is counted, so EAGAIN needs a flood that bears the nonce.
   ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
-  if (n != static_cast<ssize_t>(sizeof h.payload)) return n < 0 ? -errno : -EIO;
+  if (n != static_cast<ssize_t>(sizeof h.payload)) {
+    int err = n < 0 ? -errno : -EIO;
+    RDMASHIM_DEBUG("shm handover: sendmsg to the client's rendezvous failed: %s", strerror(-err));
+    return err;
+  }
   return 0;
 }
 

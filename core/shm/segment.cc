@@ -13,6 +13,7 @@
 #include <new>
 
 #include "sys/sys.h"
+#include "util/log.h"
 
 namespace rdmashim::shm {
 namespace {
@@ -41,12 +42,17 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   s->memfd_.reset(memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   for (auto& d : s->doorbell_) d.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   void* base = MAP_FAILED;
+  const char* step = nullptr;  // which call failed, for the debug line
   // Sealed so the peer can never shrink it under us (which would SIGBUS us).
-  if (!s->memfd_ || !s->doorbell_[0] || !s->doorbell_[1] ||
-      ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0 ||
-      sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0 ||
-      (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED) {
+  if (!s->memfd_) step = "memfd_create";
+  else if (!s->doorbell_[0] || !s->doorbell_[1]) step = "eventfd";
+  else if (ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
+  else if (sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
+  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
+    step = "mmap";
+  if (step) {
     *err = -(errno ? errno : EIO);
+    RDMASHIM_DEBUG("shm segment of %zu bytes: %s failed: %s", bytes, step, strerror(-*err));
     return nullptr;
   }
   s->header_ = new (base) SegmentHeader();
