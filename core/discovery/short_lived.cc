@@ -23,8 +23,8 @@ struct Key {
 struct Slot {
   std::atomic<bool> busy{false};
   Key key;
-  uint32_t streak = 0;       // short closes in a row
-  uint64_t last_short = 0;   // now_ns() of the latest
+  uint32_t streak = 0;       // +1 per short close (at most kShortMaxStreak), -kShortLongPenalty per long one
+  uint64_t last_short = 0;   // now_ns() of the latest short close
 };
 constexpr unsigned kSlots = 64;
 Slot g_slots[kSlots];
@@ -92,12 +92,14 @@ void note_closed(const sockaddr* peer, socklen_t len, uint64_t connected_ns, uin
     s.streak = 0;
   }
   if (!is_short) {
-    s.streak = 0;
+    // One late close on a loaded machine does not end a long streak (each
+    // wrong upgrade costs ten plain connections there); two in a row do.
+    s.streak = s.streak > kShortLongPenalty ? s.streak - kShortLongPenalty : 0;
     return;
   }
   // A streak that went quiet starts over: old shorts say little about now.
   if (s.streak > 0 && now - s.last_short >= kShortMemoryNs) s.streak = 0;
-  if (s.streak < kShortStreak) ++s.streak;
+  if (s.streak < kShortMaxStreak) ++s.streak;
   s.last_short = now;
 }
 

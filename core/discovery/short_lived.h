@@ -8,9 +8,11 @@
 // the last kShortStreak ones each closed within RDMASHIM_SHORT_CONN_MS of
 // their connect, the last of them within kMemoryNs, the next connection
 // skips everything (no discovery, no Hello: to the server it is a plain
-// client) and costs what TCP costs. A skipped connection that lives longer
-// ends the streak at its close, and so does a second of quiet: a pool of
-// long-lived connections opened later upgrades again.
+// client) and costs what TCP costs. A connection that lives longer takes
+// kShortLongPenalty off the streak at its close (so two in a row end even a
+// long streak, while one late close on a loaded machine does not), and a
+// second of quiet ends it: a pool of long-lived connections opened later
+// upgrades again.
 //
 // Lock-free to read and never blocking: a slot is claimed with a try-lock,
 // and a caller that loses the race just takes the full path (or forgets one
@@ -24,6 +26,8 @@
 namespace rdmashim::discovery {
 
 inline constexpr unsigned kShortStreak = 2;               // short closes in a row before skipping
+inline constexpr unsigned kShortMaxStreak = 8;            // a streak counts up to this
+inline constexpr unsigned kShortLongPenalty = 4;          // what a long close takes off it
 inline constexpr uint64_t kShortMemoryNs = 1'000'000'000;  // a streak older than this is forgotten
 
 // Whether a connection to `peer` made at `now` (now_ns()) should stay plain

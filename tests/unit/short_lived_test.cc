@@ -64,6 +64,17 @@ TEST_F(ShortLived, LongConnectionEndsTheStreak) {
   EXPECT_TRUE(skip(a, t + 11 * kMs));
 }
 
+TEST_F(ShortLived, OneLateCloseDoesNotEndALongStreakTwoDo) {
+  auto a = v4("127.0.0.1", 8080);
+  uint64_t t = 1000 * kMs;
+  for (int i = 0; i < 20; ++i) conn(a, t + i * kMs, 100'000);
+  t += 20 * kMs;
+  conn(a, t, 7 * kMs);  // a loaded machine delayed one close past 5 ms
+  EXPECT_TRUE(skip(a, t + 8 * kMs));
+  conn(a, t + 8 * kMs, 6 * kMs);  // and another right after: they live long now
+  EXPECT_FALSE(skip(a, t + 15 * kMs));
+}
+
 TEST_F(ShortLived, QuietForgetsTheStreak) {
   auto a = v4("127.0.0.1", 6379);
   uint64_t t = 1000 * kMs;
