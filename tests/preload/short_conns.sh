@@ -7,7 +7,7 @@
 #             rdmashim's may exceed TCP's by at most MAX_EXTRA (4). Before
 #             the short-connection policy every connection went through
 #             discovery, Hello/Ack and a segment handover: about 87 more
-#             than TCP's 13.
+#             than TCP's 13. The first connections must still upgrade.
 #   policy    with RDMASHIM_LOG=info: the first connections still upgrade
 #             (shm on both sides), then the client reports
 #             "tcp:policy (short connections)" (the server sees a plain
@@ -29,6 +29,11 @@ syscalls)
   command -v strace >/dev/null || ensure_packages strace >/dev/null 2>&1 ||
     { echo "SKIP: strace is missing and cannot be installed"; exit 77; }
   n=1000 max_extra=${MAX_EXTRA:-4}
+  # Cheap because the upgrade is skipped, not because it is off: the first
+  # connections must still take shm (so this fails with RDMASHIM_TRANSPORT=tcp).
+  RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects 20 >/dev/null 2>"$work/err"
+  grep -q '^rdmashim\[[0-9]*\] info: fd [0-9]* (client) -> shm$' "$work/err" ||
+    { cat "$work/err"; fail "no connection upgraded"; }
   # strace slows every call down: a connection that takes 100 us bare takes
   # a few ms under it, so the policy's bound is raised to stay above that.
   strace -f -c -o "$work/tcp" "$bin/tcpPingPong" --local --connects "$n" >/dev/null
