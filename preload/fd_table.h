@@ -38,8 +38,11 @@ struct Entry {
   std::unique_ptr<Connection> conn;  // kStream
   std::shared_ptr<EpollSet> epoll;   // kEpoll
   std::mutex mu;                     // guards the change kPending -> kStream
-  sockaddr_storage peer{};           // kPending: where it connects
+  sockaddr_storage peer{};           // kPending and client streams: where it connects
   socklen_t peer_len = 0;
+  // A client's connect() time (now_ns()): its close tells discovery/short_lived.h
+  // how long connections to `peer` live. 0: not a client of ours.
+  uint64_t connected_ns = 0;
   bool advertised = false;           // kPending: the peer advertised before we connected
   UniqueFd announce;                 // kPending: our announcement (discovery::announce_client)
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one

@@ -24,9 +24,11 @@
 #include <vector>
 
 #include "discovery/registry.h"
+#include "discovery/short_lived.h"
 #include "preload.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/misc.h"
 #include "util/process.h"
 #include "util/schedule.h"
 #include "util/stats.h"
@@ -44,6 +46,17 @@ bool is_tcp_socket(int fd) {
   len = sizeof(int);
   if (r.getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) != 0) return false;
   return (domain == AF_INET || domain == AF_INET6) && type == SOCK_STREAM && proto == IPPROTO_TCP;
+}
+
+// connect() to an AF_INET/AF_INET6 address: the protocol alone says TCP (it
+// implies a stream of an INET family; a socket of another family with that
+// protocol number cannot connect to an INET address, and we track only a
+// connect that succeeded or is in progress). One call, not three: every
+// connection pays it.
+bool is_tcp_for_connect(int fd) {
+  int proto = 0;
+  socklen_t len = sizeof proto;
+  return real().getsockopt(fd, SOL_SOCKET, SO_PROTOCOL, &proto, &len) == 0 && proto == IPPROTO_TCP;
 }
 
 void add_alias(Entry* e, int fd) {
@@ -141,6 +154,10 @@ Entry* forget_before_close(int fd) {
     RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }
+  // Only established connections teach anything (a refused one is no short connection).
+  if (last_name && e->connected_ns != 0 && e->kind.load() == Entry::Kind::kStream) {
+    discovery::note_closed(reinterpret_cast<sockaddr*>(&e->peer), e->peer_len, e->connected_ns, now_ns());
+  }
   return e;
 }
 
@@ -183,30 +200,41 @@ void adopt_socket(const std::vector<int>& names, const std::string& state) {
   for (int fd : names) attach(fd, e);
 }
 
+static void remember_peer(Entry* e, const sockaddr* peer, socklen_t len, uint64_t connected_ns) {
+  memcpy(&e->peer, peer, len < sizeof e->peer ? len : sizeof e->peer);
+  e->peer_len = len;
+  e->connected_ns = connected_ns;
+}
+
 // A client socket that stays plain keeps an entry without a connection, so
 // that a second connect() (how non-blocking clients such as hiredis learn the
 // first completed) neither sends a Hello nor counts the connection again.
-static void remember_plain(int fd) {
+// It also keeps where it connected and when, for discovery/short_lived.h.
+static void remember_plain(int fd, const sockaddr* peer, socklen_t len, uint64_t connected_ns) {
   if (table().get(fd)) return;
-  if (auto* e = new (std::nothrow) Entry(Entry::Kind::kStream)) attach(fd, e);
+  if (auto* e = new (std::nothrow) Entry(Entry::Kind::kStream)) {
+    remember_peer(e, peer, len, connected_ns);
+    attach(fd, e);
+  }
 }
 
 // `advertised`: the rules or the same-host registry, asked before connect().
 // Another host is asked over RDMA-CM now that the connection exists (asked
 // before, a server not up yet would be cached as plain for a minute).
-void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce) {
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce,
+                  uint64_t connected_ns) {
   if (!advertised) advertised = discovery::probe_remote(peer, len);
   if (!advertised) {
     auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
                                                                                : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
-    remember_plain(fd);
+    remember_plain(fd, peer, len, connected_ns);
     return;
   }
   std::unique_ptr<Connection> conn = Connection::make_client(fd, std::move(announce));
   if (!conn) {
-    remember_plain(fd);
+    remember_plain(fd, peer, len, connected_ns);
     return;
   }
   auto* e = new (std::nothrow) Entry(Entry::Kind::kStream);
@@ -215,6 +243,7 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, 
     return;
   }
   e->conn = std::move(conn);
+  remember_peer(e, peer, len, connected_ns);
   attach(fd, e);
 }
 
@@ -257,7 +286,23 @@ int socket(int domain, int type, int protocol) { return real().socket(domain, ty
 int connect(int fd, const sockaddr* addr, socklen_t len) {
   int saved = errno;
   bool ours = !config().disabled && addr && len >= sizeof(sa_family_t) &&
-              (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && !table().get(fd) && is_tcp_socket(fd);
+              (addr->sa_family == AF_INET || addr->sa_family == AF_INET6) && !table().get(fd) &&
+              is_tcp_for_connect(fd);
+  uint64_t now = ours ? now_ns() : 0;
+  if (ours && discovery::skip_short(addr, len, now)) {
+    // Recent connections there were short: plain TCP from the start, at
+    // TCP's cost (no discovery, no announcement, no Hello).
+    errno = saved;
+    int r = real().connect(fd, addr, len);
+    if (r != 0 && errno != EINPROGRESS) return r;
+    saved = errno;
+    stats::count(stats::Outcome::kTcpPolicy);
+    RDMASHIM_INFO("fd %d (client) -> %s (short connections)", fd, stats::name(stats::Outcome::kTcpPolicy));
+    // A non-blocking one may yet be refused: it teaches nothing.
+    remember_plain(fd, addr, len, r == 0 ? now : 0);
+    errno = saved;
+    return r;
+  }
   // Asked before connecting: a one-shot server may close its listener, and
   // with it the advertisement, the moment it has accepted us.
   bool advertised = ours && discovery::peer_advertised(addr, len);
@@ -269,11 +314,10 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
   saved = errno;
   if (r == 0) {
-    track_client(fd, addr, len, advertised, std::move(announce));
+    track_client(fd, addr, len, advertised, std::move(announce), now);
   } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
-    memcpy(&e->peer, addr, len < sizeof e->peer ? len : sizeof e->peer);
-    e->peer_len = len;
+    remember_peer(e, addr, len, now);
     e->advertised = advertised;
     e->announce = std::move(announce);
     attach(fd, e);

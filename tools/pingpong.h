@@ -29,6 +29,10 @@ struct PingPongOptions {
   // the server reports the memory the connection still holds (idle_memory).
   uint64_t idle_ms = 0;
   uint64_t connects = 0;  // tcpPingPong --local --connects N: connect + one exchange + close, N times
+  // --then N [--gap-ms MS]: after the connects, wait MS, then one more
+  // connection makes N round trips (a long-lived one right after a burst).
+  uint64_t then_iters = 0;
+  uint64_t gap_ms = 0;
   uint64_t hold = 0;      // tcpPingPong --local --hold N: N open connections, count descriptors
 };
 

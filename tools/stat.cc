@@ -128,7 +128,36 @@ bool read_page(int fd, int pid, Proc* out) {
 struct KernelTcp {
   uint64_t acked, received;  // bytes
   uint32_t rqueue, wqueue;   // bytes not yet read / not yet acknowledged
+  std::string local, peer;
 };
+
+std::string diag_address(const inet_diag_msg& m, bool src) {
+  sockaddr_in6 a{};
+  const uint32_t* ip = src ? m.id.idiag_src : m.id.idiag_dst;
+  uint16_t port = src ? m.id.idiag_sport : m.id.idiag_dport;
+  if (m.idiag_family == AF_INET) {
+    auto* v4 = reinterpret_cast<sockaddr_in*>(&a);
+    v4->sin_family = AF_INET;
+    v4->sin_port = port;
+    memcpy(&v4->sin_addr, ip, 4);
+  } else {
+    a.sin6_family = AF_INET6;
+    a.sin6_port = port;
+    memcpy(&a.sin6_addr, ip, 16);
+  }
+  return address(a);
+}
+
+// The socket inode behind a process's descriptor ("socket:[N]"), or 0.
+uint64_t socket_inode(int pid, int fd) {
+  char link[64], target[64];
+  snprintf(link, sizeof link, "/proc/%d/fd/%d", pid, fd);
+  ssize_t n = readlink(link, target, sizeof target - 1);
+  if (n <= 0) return 0;
+  target[n] = '\0';
+  unsigned long long ino = 0;
+  return sscanf(target, "socket:[%llu]", &ino) == 1 ? ino : 0;
+}
 
 // socket inode -> its counters, for every TCP socket in our network namespace.
 std::map<uint64_t, KernelTcp> kernel_tcp() {
@@ -165,7 +194,7 @@ std::map<uint64_t, KernelTcp> kernel_tcp() {
           tcp_info info{};
           memcpy(&info, RTA_DATA(a), std::min<size_t>(RTA_PAYLOAD(a), sizeof info));
           out[msg->idiag_inode] = {info.tcpi_bytes_acked, info.tcpi_bytes_received, msg->idiag_rqueue,
-                                   msg->idiag_wqueue};
+                                   msg->idiag_wqueue, diag_address(*msg, true), diag_address(*msg, false)};
         }
       }
     }
@@ -222,8 +251,11 @@ std::vector<Proc> collect() {
     for (auto& p : out) {
       for (auto& c : p.conns) {
         if (c.outcome == Outcome::kShm || c.outcome == Outcome::kVerbs) continue;
+        if (c.inode == 0) c.inode = socket_inode(p.pid, c.fd);  // TCP rows leave it to us
         auto it = kernel.find(c.inode);
         if (it == kernel.end()) continue;
+        if (c.local == "?") c.local = it->second.local;
+        if (c.peer == "?") c.peer = it->second.peer;
         c.kernel_counts = true;
         c.tx_bytes = it->second.acked;
         c.rx_bytes = it->second.received;

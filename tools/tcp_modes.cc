@@ -2,6 +2,8 @@
 // child, so under `rdmashim run` both ends upgrade):
 //   --connects N  connect, one size-byte exchange, close, N times in a row:
 //                 what setting up (and tearing down) a connection costs
+//                 (--then N [--gap-ms MS]: MS later, one more connection of
+//                 N round trips: what a long-lived one right after gets)
 //   --hold N      N connections open at once after one exchange each; both
 //                 sides count their open descriptors (/proc/self/fd)
 #include "tcp_modes.h"
@@ -54,7 +56,8 @@ int accept_one(int listener) {
 int serve(const char* tool, int listener, const PingPongOptions& o) {
   std::vector<char> buf(o.size);
   if (o.connects) {
-    for (uint64_t i = 0; i < o.connects; ++i) {
+    // The short ones, then the --then one: each echoed until its EOF.
+    for (uint64_t i = 0; i < o.connects + (o.then_iters ? 1 : 0); ++i) {
       int fd = accept_one(listener);
       if (fd < 0) return perror("accept"), 1;
       tcp_nodelay(fd);
@@ -81,6 +84,22 @@ int serve(const char* tool, int listener, const PingPongOptions& o) {
   chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
   for (int fd : fds) close(fd);
   return 0;
+}
+
+// --then: after the burst (and --gap-ms), one connection of then_iters round
+// trips. Returns its round trips/s, or -1.
+double long_lived(const char* tool, uint16_t port, const PingPongOptions& o, std::vector<char>& buf) {
+  if (o.gap_ms) usleep(static_cast<useconds_t>(o.gap_ms * 1000));
+  int fd = tcp_connect(tool, "127.0.0.1", port);
+  if (fd < 0) return -1;
+  Channel ch = tcp_channel(fd);
+  uint64_t t0 = now_ns();
+  bool ok = true;
+  for (uint64_t i = 0; i < o.then_iters && ok; ++i) ok = exchange(ch, buf);
+  double s = static_cast<double>(now_ns() - t0) / 1e9;
+  close(fd);
+  if (!ok) return fprintf(stderr, "%s: --then: exchange failed\n", tool), -1;
+  return static_cast<double>(o.then_iters) / s;
 }
 
 }  // namespace
@@ -113,13 +132,17 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
       ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(now_ns() - t0, UINT32_MAX)));
     }
     double seconds = static_cast<double>(now_ns() - start) / 1e9;
+    double then_rate = rc == 0 && o.then_iters ? long_lived(tool, port, o, buf) : 0;
+    if (then_rate < 0) rc = 1;
     if (rc == 0) {
       std::sort(ns.begin(), ns.end());
       auto pct = [&](double p) { return ns[std::min(ns.size() - 1, static_cast<size_t>(p * ns.size()))] / 1e3; };
       printf("{\"tool\":\"%s\",\"mode\":\"connects\",\"size\":%zu,\"connections\":%llu,\"seconds\":%.6f,"
-             "\"connections_per_s\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f}\n",
+             "\"connections_per_s\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f",
              tool, o.size, (unsigned long long)o.connects, seconds, static_cast<double>(o.connects) / seconds,
              pct(0.5), pct(0.99));
+      if (o.then_iters) printf(",\"then_round_trips_per_s\":%.1f,\"gap_ms\":%llu", then_rate, (unsigned long long)o.gap_ms);
+      printf("}\n");
     }
   } else {
     std::vector<int> fds;

@@ -47,6 +47,7 @@ void load() {
   }
   read_number("RDMASHIM_SETUP_TIMEOUT_MS", &c.setup_timeout_ms, 1, 600000);
   read_number("RDMASHIM_SPIN_US", &c.spin_us, 0, 1000000);
+  read_number("RDMASHIM_SHORT_CONN_MS", &c.short_conn_ms, 0, 600000);
   size_t ring = c.ring_size;
   bool ring_given = read_number("RDMASHIM_RING_SIZE", &ring, kMinRingSize, kMaxRingSize);
   if (ring & (ring - 1)) {

@@ -31,6 +31,10 @@ struct Config {
   bool ring_size_set = false;
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
+  // RDMASHIM_SHORT_CONN_MS: a client whose recent connections to a
+  // destination closed within this many ms keeps the next ones plain
+  // (discovery/short_lived.h); 0 upgrades every connection.
+  uint32_t short_conn_ms = 5;
   bool disabled = false;                               // RDMASHIM_DISABLE=1
   // RDMASHIM_DEVICE: the RDMA device by name; "" picks the first active one.
   char device[64] = {};

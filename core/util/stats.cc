@@ -146,14 +146,19 @@ void Row::open(int fd, Outcome o, bool server, uint64_t ring_bytes) {
   s->fd = fd;
   s->role = server ? 1 : 0;
   s->ring_bytes = ring_bytes;
-  struct stat st{};
-  s->inode = fstat(fd, &st) == 0 ? st.st_ino : 0;
-  socklen_t len = sizeof s->local;
+  s->inode = 0;
   memset(&s->local, 0, sizeof s->local);
   memset(&s->peer, 0, sizeof s->peer);
-  sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&s->local), &len);
-  len = sizeof s->peer;
-  sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&s->peer), &len);
+  if (o == Outcome::kShm || o == Outcome::kVerbs) {
+    // A TCP row is left to the reader (the fd's /proc link, sock_diag): a
+    // connection that stays plain pays no system call for its row.
+    struct stat st{};
+    s->inode = fstat(fd, &st) == 0 ? st.st_ino : 0;
+    socklen_t len = sizeof s->local;
+    sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&s->local), &len);
+    len = sizeof s->peer;
+    sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&s->peer), &len);
+  }
   std::atomic<uint64_t>* row = &s->tx_bytes;
   for (int i = 0; i < kCounters; ++i) row[i].store(own_[i].load(std::memory_order_relaxed), std::memory_order_relaxed);
   ctr_.store(row, std::memory_order_relaxed);

@@ -37,10 +37,13 @@ constexpr int kOutcomes = static_cast<int>(Outcome::kCount);
 //   0  seq        u32
 //   4  outcome    i32 Outcome
 //   8  fd         i32   12 role  u32 (0 client, 1 server)
-//  16  inode      u64 the socket's inode (the kernel's counters for TCP rows)
+//  16  inode      u64 the socket's inode (0 on TCP rows: see below)
 //  24  ring_bytes u64 each ring's size, 0 on TCP
 //  32  local      sockaddr_in6 (28 bytes; an AF_INET address fits), pad to 64
 //  64  peer       sockaddr_in6, pad to 96
+//      (inode and addresses are filled on shm/verbs rows only; on TCP rows
+//      they are zero and the reader takes them from the kernel: the fd's
+//      /proc link and sock_diag, so a plain connection's row costs no call)
 //  96  tx_bytes tx_msgs rx_bytes rx_msgs  u64 each: what Connection::send/recv returned
 // 128  rx_unread, tx_unacked  u64 each: reserved (0). The rings' fill is what
 //      one end's tx_bytes exceeds the other end's rx_bytes, computed by the
