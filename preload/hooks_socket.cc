@@ -26,6 +26,7 @@
 #include "discovery/registry.h"
 #include "preload.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/process.h"
 #include "util/schedule.h"
@@ -336,7 +337,16 @@ int close_range(unsigned int first, unsigned int last, int flags) {
   }();
   if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
   std::vector<Entry*> gone = forget_range(first, last);
-  int r = call();
+  // Our own descriptors in the range (a connection's doorbells) stay open:
+  // the program closes what it opened.
+  struct Ctx {
+    Fn next;
+    int flags;
+  } ctx{next, flags};
+  int r = fds::for_each_gap(first, last, [](unsigned a, unsigned b, void* c) {
+    auto* x = static_cast<Ctx*>(c);
+    return x->next ? x->next(a, b, x->flags) : static_cast<int>(syscall(SYS_close_range, a, b, x->flags));
+  }, &ctx);
   for (Entry* e : gone) release_after_close(e);
   return r;
 }
@@ -346,11 +356,18 @@ void closefrom(int lowfd) {
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "closefrom"));
   if (lowfd < 0) lowfd = 0;
   std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
-  if (next) {
-    next(lowfd);
-  } else {
-    syscall(SYS_close_range, static_cast<unsigned>(lowfd), ~0U, 0);
-  }
+  // As close_range: ours stay. Below the last of ours one gap at a time
+  // (close_range, else each number), then glibc's closefrom for the rest.
+  fds::for_each_gap(static_cast<unsigned>(lowfd), ~0U, [](unsigned a, unsigned b, void* c) {
+    auto next = reinterpret_cast<Fn>(c);
+    if (b == ~0U) {
+      if (next) next(static_cast<int>(a));
+      else syscall(SYS_close_range, a, b, 0);
+    } else if (syscall(SYS_close_range, a, b, 0) != 0) {
+      for (unsigned fd = a; fd <= b; ++fd) real().close(static_cast<int>(fd));
+    }
+    return 0;
+  }, reinterpret_cast<void*>(next));
   for (Entry* e : gone) release_after_close(e);
 }
 
