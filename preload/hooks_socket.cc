@@ -315,6 +315,9 @@ int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 }
 
 int close(int fd) {
+  // One of ours (a doorbell, say) is no descriptor the program opened: on
+  // TCP that number would not be open (a daemon closing every number).
+  if (fds::is_ours(fd)) return syscall_result(-EBADF);
   Entry* e = forget_before_close(fd);
   int r = real().close(fd);
   release_after_close(e);

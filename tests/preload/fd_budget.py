@@ -7,9 +7,11 @@ server --port-file F --count N: accepts N connections (epoll, non-blocking),
 client --port P --count N: opens N connections, pinging each once as it
   opens and keeping all open, then pings each again, then closes them. JSON.
 numbers --port-file F | --port P: one connection each side, then opens
-  /dev/null and prints the descriptor numbers it got (socket, file).
+  /dev/null and prints the descriptor numbers it got (socket, file); then
+  closes every other descriptor (closerange, and close() up to 65535) and
+  exchanges one more message on the connection.
 """
-import argparse, errno, json, os, selectors, socket, sys
+import argparse, errno, json, os, selectors, socket, sys, time
 
 
 def server(args):
@@ -108,7 +110,8 @@ def client(args):
 
 
 def numbers(args):
-    if args.port_file:
+    server = bool(args.port_file)
+    if server:
         ls = socket.socket()
         ls.bind(("127.0.0.1", 0))
         ls.listen(8)
@@ -118,13 +121,34 @@ def numbers(args):
         s, _ = ls.accept()
         s.sendall(b"hi\n")          # the handshake runs at the first I/O
         got = s.recv(16)
+        ls.detach()
     else:
         s = socket.create_connection(("127.0.0.1", args.port), timeout=20)
         got = s.recv(16)
         s.sendall(b"ok\n")
-        s.recv(16)  # EOF: the server read our bytes
     fds = [os.open("/dev/null", os.O_RDONLY) for _ in range(3)]
-    print(json.dumps({"socket": s.fileno(), "files": fds, "got": got.decode()}))
+    # A daemon's "close every other descriptor": the connection must live on.
+    os.closerange(3, s.fileno())
+    os.closerange(s.fileno() + 1, 1 << 20)
+    for fd in range(3, 1 << 16):
+        if fd != s.fileno():
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+    idle = True
+    if server:
+        time.sleep(0.3)  # the client sleeps in recv meanwhile (on its doorbell)
+        s.sendall(b"more\n")
+        after = s.recv(16)
+    else:
+        cpu = time.process_time()
+        after = s.recv(16)
+        idle = time.process_time() - cpu < 0.1  # slept, did not spin
+        s.sendall(b"done\n")
+        s.recv(16)  # EOF: the server read our bytes
+    print(json.dumps({"socket": s.fileno(), "files": fds, "got": got.decode(), "after": after.decode(),
+                      "waited_idle": idle}))
     sys.stdout.flush()
     s.close()
 
