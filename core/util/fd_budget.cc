@@ -116,6 +116,9 @@ bool keep(int* fds, int n, int later) {
   return ok;
 }
 
+void hold_for_fork() { g_mu.lock(); }
+void release_after_fork() { g_mu.unlock(); }
+
 bool is_ours(int fd) {
   if (fd < 0 || static_cast<unsigned>(fd) >= kTracked) return false;
   return (g_ours[fd / 64].load(std::memory_order_relaxed) >> (fd % 64)) & 1;

@@ -71,6 +71,12 @@ void adopt(int fd);
 // holds none of ours, in order; stops at (and returns) a negative result.
 int for_each_gap(unsigned first, unsigned last, int (*fn)(unsigned a, unsigned b, void* ctx), void* ctx);
 
+// fork(): no raise of the limit may be under way when the child is made
+// (it would keep the raised limit): held from the end of the prepare handler
+// until the parent's and the child's handlers.
+void hold_for_fork();
+void release_after_fork();
+
 // True if errno value `err` (negative or positive) says descriptors ran out.
 inline bool exhausted(int err) { return err == -EMFILE || err == -ENFILE || err == EMFILE || err == ENFILE; }
 
