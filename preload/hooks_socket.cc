@@ -27,6 +27,7 @@
 #include "discovery/short_lived.h"
 #include "preload.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/process.h"
@@ -358,6 +359,9 @@ int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 }
 
 int close(int fd) {
+  // One of ours (a doorbell, say) is no descriptor the program opened: on
+  // TCP that number would not be open (a daemon closing every number).
+  if (fds::is_ours(fd)) return syscall_result(-EBADF);
   Entry* e = forget_before_close(fd);
   int r = real().close(fd);
   release_after_close(e);
@@ -380,7 +384,16 @@ int close_range(unsigned int first, unsigned int last, int flags) {
   }();
   if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
   std::vector<Entry*> gone = forget_range(first, last);
-  int r = call();
+  // Our own descriptors in the range (a connection's doorbells) stay open:
+  // the program closes what it opened.
+  struct Ctx {
+    Fn next;
+    int flags;
+  } ctx{next, flags};
+  int r = fds::for_each_gap(first, last, [](unsigned a, unsigned b, void* c) {
+    auto* x = static_cast<Ctx*>(c);
+    return x->next ? x->next(a, b, x->flags) : static_cast<int>(syscall(SYS_close_range, a, b, x->flags));
+  }, &ctx);
   for (Entry* e : gone) release_after_close(e);
   return r;
 }
@@ -390,11 +403,18 @@ void closefrom(int lowfd) {
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "closefrom"));
   if (lowfd < 0) lowfd = 0;
   std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
-  if (next) {
-    next(lowfd);
-  } else {
-    syscall(SYS_close_range, static_cast<unsigned>(lowfd), ~0U, 0);
-  }
+  // As close_range: ours stay. Below the last of ours one gap at a time
+  // (close_range, else each number), then glibc's closefrom for the rest.
+  fds::for_each_gap(static_cast<unsigned>(lowfd), ~0U, [](unsigned a, unsigned b, void* c) {
+    auto next = reinterpret_cast<Fn>(c);
+    if (b == ~0U) {
+      if (next) next(static_cast<int>(a));
+      else syscall(SYS_close_range, a, b, 0);
+    } else if (syscall(SYS_close_range, a, b, 0) != 0) {
+      for (unsigned fd = a; fd <= b; ++fd) real().close(static_cast<int>(fd));
+    }
+    return 0;
+  }, reinterpret_cast<void*>(next));
   for (Entry* e : gone) release_after_close(e);
 }
 

@@ -11,6 +11,7 @@
 
 #include "preload.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/process.h"
 #include "util/stats.h"
 
@@ -26,9 +27,13 @@ void before_fork() {
     Ref e = table().get(fd);
     if (e && e->conn) e->conn->settle_before_fork();
   });
+  fds::hold_for_fork();  // last: the settles above may place descriptors
 }
 
+void on_fork_parent() { fds::release_after_fork(); }
+
 void on_fork_child() {
+  fds::release_after_fork();
   note_fork_child();
   table().reset_locks_after_fork();
   stats::after_fork_child();
@@ -46,7 +51,7 @@ void on_fork_child() {
 void initialize() {
   sys::init(sys::Source::kNextObject);
   (void)config();
-  pthread_atfork(before_fork, nullptr, on_fork_child);
+  pthread_atfork(before_fork, on_fork_parent, on_fork_child);
 }
 
 pthread_once_t g_once = PTHREAD_ONCE_INIT;

@@ -110,7 +110,11 @@ bool read_page(int fd, int pid, Proc* out) {
             (page->version == 1 || (page->version == stats::kPageVersion && len == stats::kPageBytes));
   if (ok) {
     out->version = page->version;
-    for (int i = 0; i < stats::kOutcomes; ++i) out->counts[i] = page->counts[i].load(std::memory_order_relaxed);
+    for (int i = 0; i < stats::kOutcomes; ++i) {
+      // Version 1 pages had no counts_added (their bytes there mean nothing).
+      bool has = i < stats::kV2Outcomes || page->version > 1;
+      out->counts[i] = has ? page->count_of(i).load(std::memory_order_relaxed) : 0;
+    }
     if (page->version == stats::kPageVersion) {
       out->unlisted = page->unlisted.load(std::memory_order_relaxed);
       uint32_t n = page->slots < stats::kSlots ? page->slots : stats::kSlots;

@@ -5,10 +5,13 @@
 //                 (--then N [--gap-ms MS]: MS later, one more connection of
 //                 N round trips: what a long-lived one right after gets)
 //   --hold N      N connections open at once after one exchange each; both
-//                 sides count their open descriptors (/proc/self/fd)
+//                 sides count their open descriptors (/proc/self/fd), all
+//                 and those numbered below the soft RLIMIT_NOFILE (the
+//                 program's own range)
 #include "tcp_modes.h"
 
 #include <dirent.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -16,6 +19,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -26,11 +30,14 @@
 namespace rdmashim::tools {
 namespace {
 
-int open_fds() {
+// Open descriptors, or (below_limit) those numbered below the soft limit.
+int open_fds(bool below_limit = false) {
+  rlimit lim{};
+  long limit = getrlimit(RLIMIT_NOFILE, &lim) == 0 && lim.rlim_cur < 1L << 30 ? static_cast<long>(lim.rlim_cur) : 1L << 30;
   DIR* d = opendir("/proc/self/fd");
   if (!d) return -1;
   int n = 0;
-  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.' && (!below_limit || atol(e->d_name) < limit);
   closedir(d);
   return n - 1;  // the directory's own descriptor
 }
@@ -79,7 +86,7 @@ int serve(const char* tool, int listener, const PingPongOptions& o) {
   close(listener);
   // Our count goes back on the last connection, in one message.
   std::fill(buf.begin(), buf.end(), '\0');
-  snprintf(buf.data(), buf.size(), "%d", open_fds());
+  snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d", open_fds(), open_fds(true));
   chans.back().send_all(buf.data(), buf.size());
   chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
   for (int fd : fds) close(fd);
@@ -157,12 +164,12 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
       chans.push_back(tcp_channel(fd));
       if (!exchange(chans.back(), buf)) rc = 1;
     }
-    int mine = open_fds();
+    int mine = open_fds(), mine_low = open_fds(true);
     if (rc == 0 && chans.back().recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size())) {
       buf.back() = '\0';
-      printf("{\"tool\":\"%s\",\"mode\":\"hold\",\"connections\":%llu,\"client_fds\":%d,\"client_base_fds\":%d,"
-             "\"server_fds\":%s}\n",
-             tool, (unsigned long long)o.hold, mine, base, buf.data());
+      printf("{\"tool\":\"%s\",\"mode\":\"hold\",\"connections\":%llu,\"client_fds\":%d,\"client_low_fds\":%d,"
+             "\"client_base_fds\":%d,\"server_fds\":%s}\n",
+             tool, (unsigned long long)o.hold, mine, mine_low, base, buf.data());
     } else {
       fprintf(stderr, "%s: --hold: exchanges failed\n", tool);
       rc = 1;

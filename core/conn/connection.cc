@@ -100,6 +100,7 @@ void Connection::update_passthrough() {
     ring_.reset();
     transport_.reset();
     rendezvous_fd_.reset();
+    segment_fds_.reset();
     passthrough_.store(true, std::memory_order_relaxed);
   }
 }

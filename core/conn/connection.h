@@ -38,6 +38,7 @@
 #include "ring/ring_channel.h"
 #include "shm/rendezvous.h"
 #include "sys/calls.h"
+#include "util/fd_budget.h"
 #include "util/stats.h"
 #include "util/unique_fd.h"
 #include "wire/wire.h"
@@ -252,6 +253,7 @@ class Connection {
   void handle_ack(const wire::Ack& ack, const verbs::Params* params);        // both locks held
   void on_peer_plain();                          // both locks held
   void adopt(std::unique_ptr<Transport> t);      // both locks held
+  bool may_follow_exec() const;                  // the socket is not close-on-exec
 
   // Send side; tx_mu_ held.
   ssize_t send_framed(const iovec* iov, int iovcnt, int flags);
@@ -316,6 +318,7 @@ class Connection {
   unsigned char nonce_[16] = {};
   unsigned char rendezvous_[shm::kNameBytes] = {};
   UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+  fds::Promise segment_fds_;  // room kept for the segment's descriptors, until the Ack
   uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
   UniqueFd announce_;       // the client's announcement, until settled
   std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack

@@ -4,6 +4,7 @@
 // plain) at a frame boundary.
 #include "conn/connection.h"
 
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
@@ -21,6 +22,7 @@
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/process.h"
@@ -61,8 +63,13 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   bool have_nonce = random_bytes(c->nonce_, sizeof c->nonce_);
   // The descriptors must later come from the user that owns the server's
   // end of this connection: asked now, while that end surely exists.
+  bool budget = false;  // no room for our descriptors
   if (have_nonce && (offer & wire::kTransportShm) && discovery::tcp_server_uid(fd, &c->server_uid_)) {
     c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
+    budget = !c->rendezvous_fd_ && fds::exhausted(errno);
+    // Room for it and for the segment's three to come.
+    if (c->rendezvous_fd_ && !fds::keep(c->rendezvous_fd_, shm::kHandoffFds)) budget = true;
+    if (c->rendezvous_fd_) c->segment_fds_ = fds::Promise(shm::kHandoffFds);
   }
   if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
   struct {
@@ -70,8 +77,9 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     wire::ParamsFrame params;
   } msg{};
   if (offer == 0 || !have_nonce) {
-    stats::count(stats::Outcome::kTcpSetupFailed);
-    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpSetupFailed));
+    auto why = budget ? stats::Outcome::kTcpFdBudget : stats::Outcome::kTcpSetupFailed;
+    stats::count(why);
+    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
     return nullptr;
   }
   wire::Hello& hello = msg.hello;
@@ -382,13 +390,18 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     if (t) {
       ack.transport = wire::kTransportShm;
       ack.ring_size = static_cast<uint32_t>(ring);
+      if (!may_follow_exec()) t->close_memfd();  // handed over and mapped
       adopt(std::move(t));
     } else {
-      failure = stats::Outcome::kTcpSetupFailed;
+      failure = fds::exhausted(err) ? stats::Outcome::kTcpFdBudget : stats::Outcome::kTcpSetupFailed;
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
-  if (!transport_) ack.fallback = failure == stats::Outcome::kTcpPolicy ? wire::kFallbackPolicy : wire::kFallbackSetupFailed;
+  if (!transport_) {
+    ack.fallback = failure == stats::Outcome::kTcpPolicy     ? wire::kFallbackPolicy
+                   : failure == stats::Outcome::kTcpFdBudget ? wire::kFallbackFdBudget
+                                                             : wire::kFallbackSetupFailed;
+  }
   RDMASHIM_SCHED_POINT(kHandshakeSendAck);
   if (send_all(fd_, &msg, len) != 0) {
     // The client is gone or wedged; nothing more of ours goes out.
@@ -429,6 +442,7 @@ int Connection::await_ack(int flags, bool may_wait) {
   // are the application's, it will strip our Hello, we go plain.
   rx_ = Rx::kRaw;
   rendezvous_fd_.reset();
+  segment_fds_.reset();
   verbs_.reset();
   tx_go_plain();
   settle(stats::Outcome::kTcpServerSpokeFirst);
@@ -442,10 +456,12 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   int err = -EPROTO;
   stats::Outcome ok = stats::Outcome::kShm;
   RDMASHIM_SCHED_POINT(kHandshakeAttach);
+  segment_fds_.reset();  // the room kept for the segment is the segment's now
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     // The descriptors must come from the user that owns the server's end
     // of this connection (looked up in make_client).
     auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), nonce_, ack.token, server_uid_, ack.ring_size, &err);
+    if (t && !may_follow_exec()) t->close_memfd();
     if (t) adopt(std::move(t));
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
              ack.ring_size == verbs_->local_params().ring_size) {
@@ -460,14 +476,27 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     if (ack.transport != 0) RDMASHIM_DEBUG("fd %d: attaching the transport failed: %s", fd(), strerror(-err));
     tx_go_plain();
     // The server says why it declined (an older one does not: policy).
-    bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed;
-    settle(declined_by_policy ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed);
+    bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed &&
+                              ack.fallback != wire::kFallbackFdBudget;
+    bool budget = ack.transport == 0 ? ack.fallback == wire::kFallbackFdBudget : fds::exhausted(err);
+    settle(declined_by_policy ? stats::Outcome::kTcpPolicy
+           : budget           ? stats::Outcome::kTcpFdBudget
+                              : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
     return;
   }
   transport_->mark_attached();
   tx_go_ring();
   settle(ok);
+}
+
+// Whether this socket survives exec, and so may need the segment's memfd
+// there (see ShmTransport::describe_for_exec). Under a seccomp filter we ask
+// nothing and keep it.
+bool Connection::may_follow_exec() const {
+  if (sandbox() != Sandbox::kNone) return true;
+  int fl = sys::real().fcntl(fd_, F_GETFD);
+  return fl < 0 || (fl & FD_CLOEXEC) == 0;
 }
 
 // Both locks held.

@@ -16,6 +16,7 @@
 
 #include "discovery/sockdiag.h"
 #include "sys/sys.h"
+#include "util/fd_budget.h"
 #include "util/config.h"
 #include "util/log.h"
 
@@ -133,6 +134,7 @@ UniqueFd advertise(const sockaddr* local, socklen_t len) {
   sockaddr_un name;
   socklen_t n = entry_name(e.family, e.addr, e.port, &name);
   if (fd && sys::real().bind(fd.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) fd.reset();
+  if (fd) fds::keep(fd);  // long-lived: out of the program's numbers (or not kept)
   errno = saved;
   return fd;
 }
@@ -203,6 +205,7 @@ UniqueFd announce_client(int fd) {
   sockaddr_un name;
   socklen_t n = client_name(static_cast<uint32_t>(st.st_ino), &name);
   if (a && sys::real().bind(a.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) a.reset();
+  if (a) fds::keep(a);  // lives until the handshake settles: not in the program's numbers
   errno = saved;
   return a;
 }

@@ -148,6 +148,8 @@ int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
     bool proof = n == static_cast<ssize_t>(sizeof h.payload) && memcmp(h.payload, nonce, kNonceBytes) == 0 &&
                  memcmp(h.payload + kNonceBytes, token, kTokenBytes) == 0;
     if (proof && !from_owner) result = -EACCES;
+    // No free descriptor number for them here: the kernel dropped them.
+    if (proof && from_owner && (h.msg.msg_flags & MSG_CTRUNC) && count < kHandoffFds) return -EMFILE;
     if (proof && from_owner && !truncated && count == kHandoffFds) {
       for (int i = 0; i < kHandoffFds; ++i) out[i] = std::move(got[i]);
       return 0;

@@ -13,6 +13,7 @@
 #include <new>
 
 #include "sys/sys.h"
+#include "util/fd_budget.h"
 #include "util/log.h"
 
 namespace rdmashim::shm {
@@ -46,12 +47,14 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   // Sealed so the peer can never shrink it under us (which would SIGBUS us).
   if (!s->memfd_) step = "memfd_create";
   else if (!s->doorbell_[0] || !s->doorbell_[1]) step = "eventfd";
+  else if (!s->keep_descriptors()) step = "moving the descriptors out of the program's way";
   else if (ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
   else if (sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
     step = "mmap";
   if (step) {
     *err = -(errno ? errno : EIO);
+    if (!s->memfd_ || !s->doorbell_[0] || !s->doorbell_[1]) *err = fds::exhausted(*err) ? -EMFILE : *err;
     RDMASHIM_DEBUG("shm segment of %zu bytes: %s failed: %s", bytes, step, strerror(-*err));
     return nullptr;
   }
@@ -63,7 +66,7 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
 }
 
 std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                                         size_t ring_size, int* err) {
+                                         size_t ring_size, int* err, bool received) {
   std::unique_ptr<Segment> s(new (std::nothrow) Segment());
   if (!s) {
     *err = -ENOMEM;
@@ -74,6 +77,11 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
   s->doorbell_[kClient] = std::move(doorbell_client);
   s->doorbell_[kServer] = std::move(doorbell_server);
   size_t bytes = segment_bytes(ring_size);
+  // Received at the lowest free numbers: moved before anything else.
+  if (received && s->memfd_ && s->doorbell_[0] && s->doorbell_[1] && !s->keep_descriptors()) {
+    *err = -EMFILE;
+    return nullptr;
+  }
   struct stat st{};
   int seals = sys::real().fcntl(s->memfd_.get(), F_GET_SEALS);
   bool ok = fstat(s->memfd_.get(), &st) == 0 && S_ISREG(st.st_mode) &&
@@ -95,6 +103,32 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
     return nullptr;
   }
   return s;
+}
+
+bool Segment::keep_descriptors() {
+  int fds[3] = {memfd_.release(), doorbell_[0].release(), doorbell_[1].release()};
+  bool ok = fds::keep(fds, 3);
+  if (!ok) errno = EMFILE;
+  memfd_.reset(fds[0]);
+  doorbell_[0].reset(fds[1]);
+  doorbell_[1].reset(fds[2]);
+  return ok;
+}
+
+// The mapping keeps the memory (in both processes) without the descriptor.
+void Segment::close_memfd() { memfd_.reset(); }
+
+// The memfd again, from our own mapping, for a connection about to follow
+// exec after close_memfd(). Needs CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN):
+// -1 without it, and the connection cannot follow exec.
+int Segment::reopen_memfd() {
+  if (memfd_) return memfd_.get();
+  char path[96];
+  auto start = reinterpret_cast<uintptr_t>(header_);
+  snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(start),
+           static_cast<unsigned long>(start + segment_bytes(ring_size_)));
+  memfd_.reset(open(path, O_RDWR | O_CLOEXEC));
+  return memfd_.get();
 }
 
 Segment::~Segment() {

@@ -92,9 +92,11 @@ class Segment {
   static std::unique_ptr<Segment> create(size_t ring_size, int* err);
   // Maps a segment received from the peer after checking everything about it:
   // the memfd's seals and size, the header, and that the doorbells are eventfds.
-  // Takes ownership of the descriptors in every case.
+  // Takes ownership of the descriptors in every case. `received`: they were
+  // just received (at the lowest free numbers) and are moved out of the
+  // program's way (fds::keep); inherited across exec, they already were.
   static std::unique_ptr<Segment> attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                                         size_t ring_size, int* err);
+                                         size_t ring_size, int* err, bool received = true);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -104,11 +106,15 @@ class Segment {
     return reinterpret_cast<unsigned char*>(header_) + kHeaderBytes + static_cast<size_t>(s) * ring_size_;
   }
   size_t ring_size() const { return ring_size_; }
+  // -1 once closed: the mapping is all a connection needs, except to follow exec.
   int memfd() const { return memfd_.get(); }
+  void close_memfd();
+  int reopen_memfd();
   int doorbell(Side s) const { return doorbell_[s].get(); }
 
  private:
   Segment() = default;
+  bool keep_descriptors();  // fds::keep for all three
   SegmentHeader* header_ = nullptr;
   size_t ring_size_ = 0;
   UniqueFd memfd_;

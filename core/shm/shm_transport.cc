@@ -10,13 +10,14 @@
 #include <cstdio>
 
 #include "sys/sys.h"
+#include "util/fd_budget.h"
 #include <new>
 
 namespace rdmashim::shm {
 
 std::string ShmTransport::describe_for_exec() {
   Segment& s = link_.segment();
-  const int fds[3] = {s.memfd(), s.doorbell(kClient), s.doorbell(kServer)};
+  const int fds[3] = {s.reopen_memfd(), s.doorbell(kClient), s.doorbell(kServer)};
   for (int fd : fds) {
     int fl = sys::real().fcntl(fd, F_GETFD);
     if (fl < 0 || sys::real().fcntl(fd, F_SETFD, fl & ~FD_CLOEXEC) != 0) return "";
@@ -36,8 +37,11 @@ std::unique_ptr<ShmTransport> ShmTransport::adopt(const char* text, int* err) {
     return nullptr;
   }
   // Ours again: close them if this image execs without handing them on.
-  for (int fd : {memfd, dc, ds}) sys::real().fcntl(fd, F_SETFD, FD_CLOEXEC);
-  std::unique_ptr<Segment> segment = Segment::attach(UniqueFd(memfd), UniqueFd(dc), UniqueFd(ds), ring, err);
+  for (int fd : {memfd, dc, ds}) {
+    sys::real().fcntl(fd, F_SETFD, FD_CLOEXEC);
+    fds::adopt(fd);  // placed out of the program's way by the previous image
+  }
+  std::unique_ptr<Segment> segment = Segment::attach(UniqueFd(memfd), UniqueFd(dc), UniqueFd(ds), ring, err, false);
   if (!segment) return nullptr;
   std::unique_ptr<ShmTransport> t(new (std::nothrow) ShmTransport(std::move(segment), side == 0 ? kClient : kServer));
   if (!t) *err = -ENOMEM;

@@ -26,6 +26,9 @@ class ShmTransport final : public Transport {
   // A transport inherited across exec, from describe_for_exec()'s text.
   static std::unique_ptr<ShmTransport> adopt(const char* text, int* err);
 
+  // Once handed over and mapped, the memfd is needed only to follow exec.
+  void close_memfd() { link_.segment().close_memfd(); }
+
   const char* name() const override { return "shm"; }
   std::string describe_for_exec() override;
   Link& link() override { return link_; }

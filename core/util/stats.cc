@@ -13,6 +13,7 @@
 #include <new>
 
 #include "sys/sys.h"
+#include "util/fd_budget.h"
 
 namespace rdmashim::stats {
 namespace {
@@ -26,12 +27,13 @@ std::mutex g_mu;  // page creation, and taking or giving back a row
 // A new sealed memfd of kPageBytes, mapped at `at` (MAP_FIXED) or anywhere.
 void* map_new(int* fd_out, void* at) {
   int fd = memfd_create(kMemfdName, MFD_CLOEXEC | MFD_ALLOW_SEALING);
+  if (fd >= 0 && !fds::keep(&fd, 1)) return nullptr;  // out of the program's numbers
   void* m = MAP_FAILED;
   if (fd >= 0 && ftruncate(fd, kPageBytes) == 0) {
     m = mmap(at, kPageBytes, PROT_READ | PROT_WRITE, MAP_SHARED | (at ? MAP_FIXED : 0), fd, 0);
   }
   if (m == MAP_FAILED) {
-    if (fd >= 0) sys::real().close(fd);
+    if (fd >= 0) fds::close(fd);
     return nullptr;
   }
   sys::real().fcntl(fd, F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL);
@@ -44,7 +46,7 @@ void stamp(Page* p) {
   p->version = kPageVersion;
   p->pid = static_cast<int32_t>(getpid());
   p->slots = kSlots;
-  for (int i = 0; i < kOutcomes; ++i) p->counts[i].store(g_local[i].load());
+  for (int i = 0; i < kOutcomes; ++i) p->count_of(i).store(g_local[i].load());
 }
 
 Page* page() {
@@ -74,6 +76,7 @@ const char* name(Outcome o) {
     case Outcome::kTcpSetupFailed: return "tcp:setup-failed";
     case Outcome::kTcpTimeout: return "tcp:timeout";
     case Outcome::kTcpPolicy: return "tcp:policy";
+    case Outcome::kTcpFdBudget: return "tcp:fd-budget";
     case Outcome::kCount: break;
   }
   return "?";
@@ -83,7 +86,7 @@ void count(Outcome o) {
   int i = static_cast<int>(o);
   Page* p = page();  // first, so a new page is seeded with the counts before this one
   g_local[i].fetch_add(1, std::memory_order_relaxed);
-  if (p) p->counts[i].fetch_add(1, std::memory_order_relaxed);
+  if (p) p->count_of(i).fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }
@@ -115,7 +118,7 @@ void after_fork_child() {
     }
   }
   if (copy != MAP_FAILED) munmap(copy, kPageBytes);
-  if (old_fd >= 0) sys::real().close(old_fd);
+  if (old_fd >= 0) fds::close(old_fd);
   errno = saved;
 }
 

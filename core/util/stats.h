@@ -26,9 +26,11 @@ enum class Outcome : int {
   kTcpSetupFailed,      // both ends run rdmashim but building the transport failed
   kTcpTimeout,          // the handshake did not finish within RDMASHIM_SETUP_TIMEOUT_MS
   kTcpPolicy,           // RDMASHIM_TRANSPORT=tcp, RDMASHIM_FORKGEN or RDMASHIM_DISABLE said no
+  kTcpFdBudget,         // the descriptors the transport needs would crowd the program's own (util/fd_budget.h)
   kCount
 };
 constexpr int kOutcomes = static_cast<int>(Outcome::kCount);
+constexpr int kV2Outcomes = 8;  // counted in Page::counts; later ones in Page::counts_added
 
 // One live connection (256 bytes). `seq` is the row's generation, a seqlock:
 // seq % 4 is 0 for a free row, 1 while the owner fills it, 2 while it is
@@ -72,20 +74,27 @@ static_assert(sizeof(Slot) == 256);
 //  0  magic     u64 kPageMagic
 //  8  version   u32 kPageVersion
 // 12  pid       i32
-// 16  counts    u64[kOutcomes] connections per Outcome, in enum order
+// 16  counts    u64[8] connections per Outcome, in enum order (the first 8)
 // 80  slots     u32 rows in the table (kSlots)
 // 84  pad       u32
 // 88  unlisted  u64 live connections without a row (the table was full)
+// 96  counts_added u64[8] outcomes added since (kTcpFdBudget first); an
+//              older writer left them 0, an older reader skips them
 // 256 slot      Slot[kSlots]
 struct Page {
   uint64_t magic;
   uint32_t version;
   int32_t pid;
-  std::atomic<uint64_t> counts[kOutcomes];
+  std::atomic<uint64_t> counts[kV2Outcomes];
   uint32_t slots;
   uint32_t pad;
   std::atomic<uint64_t> unlisted;
-  unsigned char pad2[256 - 96];
+  std::atomic<uint64_t> counts_added[8];
+  unsigned char pad2[256 - 160];
+  std::atomic<uint64_t>& count_of(int outcome) {
+    return outcome < kV2Outcomes ? counts[outcome] : counts_added[outcome - kV2Outcomes];
+  }
+  const std::atomic<uint64_t>& count_of(int outcome) const { return const_cast<Page*>(this)->count_of(outcome); }
   Slot slot[255];
 };
 constexpr uint64_t kPageMagic = 0x7374617473686d72ull;  // "rmhstats"
@@ -95,7 +104,8 @@ constexpr size_t kPageBytes = 65536;
 constexpr size_t kPageV1Bytes = 4096;
 constexpr const char kMemfdName[] = "rdmashim-stats";
 static_assert(sizeof(Page) == kPageBytes);
-static_assert(offsetof(Page, slots) == 16 + 8 * kOutcomes);
+static_assert(offsetof(Page, slots) == 16 + 8 * kV2Outcomes && offsetof(Page, counts_added) == 96);
+static_assert(kOutcomes <= kV2Outcomes + 8);
 
 const char* name(Outcome o);
 void count(Outcome o);

@@ -8,6 +8,10 @@
 
 namespace rdmashim {
 
+namespace fds {
+void close(int fd);  // util/fd_budget.cc: forgets it as one of ours, then closes it
+}  // namespace fds
+
 class UniqueFd {
  public:
   UniqueFd() = default;
@@ -25,7 +29,7 @@ class UniqueFd {
   explicit operator bool() const { return fd_ >= 0; }
   int release() { return std::exchange(fd_, -1); }
   void reset(int fd = -1) {
-    if (fd_ >= 0) sys::real().close(fd_);
+    if (fd_ >= 0) fds::close(fd_);
     fd_ = fd;
   }
 

@@ -90,6 +90,7 @@ enum AckFallback : uint8_t {
   kFallbackUnsaid = 0,       // an older server: read as policy
   kFallbackPolicy = 1,       // the server's configuration said no
   kFallbackSetupFailed = 2,  // the server could not build (or hand over) the transport
+  kFallbackFdBudget = 3,     // its descriptors would have crowded the server program's own
 };
 static_assert(sizeof(Ack) == 64);
 static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32);

@@ -60,12 +60,22 @@ async def echo_client(port, size):
 
 
 def ring_bytes():
-    total = 0
+    # The ring memfds, through the descriptor or, once rdmashim closed it
+    # (mapped, socket close-on-exec), through the mapping (root: map_files).
+    total, seen, paths = 0, set(), []
     for name in os.listdir("/proc/self/fd"):
-        path = "/proc/self/fd/" + name
+        paths.append("/proc/self/fd/" + name)
+    with open("/proc/self/maps") as maps:
+        for line in maps:
+            if "/memfd:rdmashim-ring" in line:
+                paths.append("/proc/self/map_files/" + line.split()[0])
+    for path in paths:
         try:
             if os.readlink(path).startswith("/memfd:rdmashim-ring"):
-                total += os.stat(path).st_blocks * 512
+                st = os.stat(path)
+                if st.st_ino not in seen:
+                    seen.add(st.st_ino)
+                    total += st.st_blocks * 512
         except OSError:
             pass
     return total

@@ -8,7 +8,8 @@
 //   - threads: the same count
 //   - shared memory: no /proc/self/fd entry naming memfd:rdmashim-ring and no
 //     /proc/self/maps line naming it, once all connections are closed
-// It also samples the ring descriptors while a connection is open (every
+// It also samples the ring memfds, open or mapped (the memfd is closed once
+// mapped unless the socket survives exec), while a connection is open (every
 // 50th), so a run under rdmashim can show the connections really were on
 // shared memory (ring_fds_open_max > 0).
 //
@@ -236,7 +237,10 @@ int run_server(const Options& o) {
       close(fd);
       continue;
     }
-    if (i % 50 == 0) ring_open_max = std::max(ring_open_max, snapshot().ring_fds);
+    if (i % 50 == 0) {
+      Snapshot now = snapshot();
+      ring_open_max = std::max({ring_open_max, now.ring_fds, now.ring_maps});
+    }
     if (h.mode != 1 && !expect_eof(fd)) fail("server", i, "expected EOF from the client");
     close(fd);
   }
@@ -278,7 +282,10 @@ int run_client(const Options& o) {
     } else if (in != out) {
       fail("client", i, "echo differs");
     }
-    if (i % 50 == 0) ring_open_max = std::max(ring_open_max, snapshot().ring_fds);
+    if (i % 50 == 0) {
+      Snapshot now = snapshot();
+      ring_open_max = std::max({ring_open_max, now.ring_fds, now.ring_maps});
+    }
     if (h.mode == 1 && !expect_eof(fd)) fail("client", i, "expected EOF from the server");
     if (h.mode == 2) {
       shutdown(fd, SHUT_WR);

@@ -60,7 +60,7 @@ if [ "$mode" = preload ]; then
     n_shm=$(grep -c "^rdmashim\[[0-9]*\] info: fd [0-9]* ($side) -> shm$" "$work/$side.log" || true)
     [ "$n_all" = "$total" ] && [ "$n_shm" = "$total" ] ||
       die "$side: expected $total connections reported '-> shm', got $n_all reports, $n_shm of them shm"
-    [ "$(field "$side" ring_fds_open_max)" -gt 0 ] || die "$side: never saw a ring memfd while a connection was open"
+    [ "$(field "$side" ring_fds_open_max)" -gt 0 ] || die "$side: never saw a ring memfd (open or mapped) while a connection was open"
     ! grep -q '^rdmashim\[[0-9]*\] warn' "$work/$side.log" || die "$side: rdmashim warned"
   done
 fi
