@@ -115,20 +115,30 @@ bool Segment::keep_descriptors() {
   return ok;
 }
 
-// The mapping keeps the memory (in both processes) without the descriptor.
-void Segment::close_memfd() { memfd_.reset(); }
+// The mapping keeps the memory (in both processes) without the descriptor,
+// but a socket made inheritable later (fcntl, or dup2 onto 0..2 before exec)
+// needs it back at exec: close it only when this process can reopen it from
+// its mapping, which takes CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN); an
+// unprivileged process keeps it, out of the program's numbers.
+void Segment::close_memfd() {
+  UniqueFd probe(open_from_mapping());
+  if (probe) memfd_.reset();
+}
 
 // The memfd again, from our own mapping, for a connection about to follow
-// exec after close_memfd(). Needs CAP_CHECKPOINT_RESTORE (or CAP_SYS_ADMIN):
-// -1 without it, and the connection cannot follow exec.
+// exec after close_memfd(). -1 when this process lost the capability since
+// (it dropped privileges): the connection cannot follow exec then.
 int Segment::reopen_memfd() {
-  if (memfd_) return memfd_.get();
+  if (!memfd_) memfd_.reset(open_from_mapping());
+  return memfd_.get();
+}
+
+int Segment::open_from_mapping() const {
   char path[96];
   auto start = reinterpret_cast<uintptr_t>(header_);
   snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(start),
            static_cast<unsigned long>(start + segment_bytes(ring_size_)));
-  memfd_.reset(open(path, O_RDWR | O_CLOEXEC));
-  return memfd_.get();
+  return open(path, O_RDWR | O_CLOEXEC);
 }
 
 Segment::~Segment() {

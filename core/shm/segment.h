@@ -114,6 +114,7 @@ class Segment {
 
  private:
   Segment() = default;
+  int open_from_mapping() const;
   bool keep_descriptors();  // fds::keep for all three
   SegmentHeader* header_ = nullptr;
   size_t ring_size_ = 0;

@@ -369,9 +369,13 @@ EXEC_MODE(exec_client) {
 
 namespace {
 
-void exec_inherit(bool warm) {
+// late_inheritable: the client's socket is close-on-exec while it upgrades
+// and becomes inheritable only just before the exec, through dup2 (the
+// inetd and shell pattern): the new image still needs the segment then.
+void exec_inherit(bool warm, bool late_inheritable = false) {
   PairOpts o;
   o.warm = warm;
+  if (late_inheritable) o.socket_flags = SOCK_CLOEXEC;
   run_pair(
       [warm](Pair& p) {
         if (warm) {
@@ -390,14 +394,19 @@ void exec_inherit(bool warm) {
           yes(h == pattern_sum(71, 300000)).c_str());
         p.ctl.sync();
       },
-      [warm](Pair& p) {
+      [warm, late_inheritable](Pair& p) {
         if (warm) {
           char b[3];
           read_exact(p.fd, b, 3);
           write_all(p.fd, "PRE", 3);
           T("before the exec: got %s", quote(b, 3).c_str());
         }
-        reexec("exec_client", {std::to_string(p.fd), std::to_string(p.ctl.fd)});
+        int fd = p.fd;
+        if (late_inheritable) {
+          fd = dup2(p.fd, 40);
+          close(p.fd);
+        }
+        reexec("exec_client", {std::to_string(fd), std::to_string(p.ctl.fd)});
       },
       o);
 }
@@ -406,6 +415,7 @@ void exec_inherit(bool warm) {
 
 SCENARIO(proc_exec_inherit, 2) { exec_inherit(true); }
 SCENARIO(proc_exec_inherit_cold, 2) { exec_inherit(false); }
+SCENARIO(proc_exec_inherit_late, 2) { exec_inherit(true, true); }
 
 // inetd style: the accepted socket becomes stdin and stdout of an exec'd server.
 EXEC_MODE(inetd_server) {
