@@ -258,14 +258,17 @@ class Connection {
   // Send side; tx_mu_ held.
   ssize_t send_framed(const iovec* iov, int iovcnt, int flags);
   ssize_t send_ring(const iovec* iov, int iovcnt, int flags);
-  void advance_tx();
+  // data_follows: the caller sends the program's bytes on TCP right after a
+  // Plain frame, so the frame waits for them (MSG_MORE) instead of leaving
+  // alone and holding them behind Nagle for the peer's delayed ACK.
+  void advance_tx(bool data_follows = false);
   void tx_go_plain();
   void tx_go_ring();
-  int send_control(wire::FrameType type, const void* payload, uint32_t len);
+  int send_control(wire::FrameType type, const void* payload, uint32_t len, int more = 0);
   // The socket calls in the program's convention (tcp_io.cc).
   ssize_t tcp_recv(const iovec* iov, int n, int flags);
   ssize_t tcp_send(const iovec* iov, int n, int flags);
-  int send_control_bytes(const void* buf, size_t len);
+  int send_control_bytes(const void* buf, size_t len, int more = 0);
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);

@@ -397,7 +397,7 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
   }
   if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
   if (tx_ == Tx::kFramed) {
-    advance_tx();
+    advance_tx(iov_total(iov, iovcnt) > 0);
     if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
   }
   if (sys::sigpipe_raised()) return -EPIPE;  // our Switch found the stream broken: so would the program's write
@@ -411,14 +411,14 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
   }
 }
 
-int Connection::send_control(wire::FrameType type, const void* payload, uint32_t len) {
+int Connection::send_control(wire::FrameType type, const void* payload, uint32_t len, int more) {
   unsigned char buf[sizeof(wire::FrameHeader) + wire::kMaxControlPayload];
   wire::FrameHeader h{len, static_cast<uint16_t>(type), 0};
   memcpy(buf, &h, sizeof h);
   if (len) memcpy(buf + sizeof h, payload, len);
   // Not a single byte yet: the caller may retry later. Once the first byte
   // left, the frame must be completed.
-  return send_control_bytes(buf, sizeof h + len);
+  return send_control_bytes(buf, sizeof h + len, more);
 }
 
 ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
@@ -428,7 +428,7 @@ ssize_t Connection::send_framed(const iovec* iov, int iovcnt, int flags) {
   size_t done = 0;
   while (done < total) {
     if (tx_hdr_left_ == 0 && tx_frame_left_ == 0) {
-      advance_tx();
+      advance_tx(done == 0);  // with bytes already sent this call returns first
       if (tx_ != Tx::kFramed) {
         if (done > 0) return static_cast<ssize_t>(done);
         return tx_ == Tx::kRing ? send_ring(iov, iovcnt, flags) : tcp_send(iov, iovcnt, flags);

@@ -558,7 +558,7 @@ int Connection::finish_setup(int timeout_ms) {
 // Switching a direction
 
 // Applies a pending switch (to the ring or to plain) at a frame boundary.
-void Connection::advance_tx() {
+void Connection::advance_tx(bool data_follows) {
   if (tx_ != Tx::kFramed || tx_hdr_left_ != 0 || tx_frame_left_ != 0) return;
   if (tx_want_ == TxWant::kNone && role_ == Role::kServer && transport_ && transport_->peer_attached()) {
     tx_want_ = TxWant::kRing;
@@ -566,7 +566,8 @@ void Connection::advance_tx() {
   if (tx_want_ == TxWant::kNone) return;
   wire::FrameType type = tx_want_ == TxWant::kRing ? wire::FrameType::kSwitch : wire::FrameType::kPlain;
   RDMASHIM_SCHED_POINT(kSwitchSend);
-  if (send_control(type, nullptr, 0) != 0) return;  // try again at the next send
+  int more = type == wire::FrameType::kPlain && data_follows ? MSG_MORE : 0;
+  if (send_control(type, nullptr, 0, more) != 0) return;  // try again at the next send
   RDMASHIM_SCHED_POINT(kSwitchSent);
   tx_ = tx_want_ == TxWant::kRing ? Tx::kRing : Tx::kRaw;
   if (tx_ == Tx::kRing) {

@@ -110,13 +110,13 @@ ssize_t Connection::tcp_send(const iovec* iov, int n, int flags) {
 
 // Control frames: not a byte yet may be retried later (-EAGAIN); once the
 // first byte left, the rest follows, waiting for room up to the setup timeout.
-int Connection::send_control_bytes(const void* buf, size_t len) {
+int Connection::send_control_bytes(const void* buf, size_t len, int more) {
   const auto* p = static_cast<const char*>(buf);
   uint64_t give_up = 0;
   size_t done = 0;
   while (done < len) {
     iovec v{const_cast<char*>(p + done), len - done};
-    ssize_t n = tcp_send(&v, 1, MSG_NOSIGNAL | MSG_DONTWAIT);
+    ssize_t n = tcp_send(&v, 1, MSG_NOSIGNAL | MSG_DONTWAIT | more);
     if (n > 0) {
       done += static_cast<size_t>(n);
       continue;
