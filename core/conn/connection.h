@@ -113,6 +113,8 @@ class Connection {
   int doorbell();
   unsigned arm(short events);
   void disarm(unsigned armed, bool rung);
+  // The ring has what an arm(what) waited for (lock free, a hint).
+  bool ring_ready(unsigned what) const;
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they
@@ -203,6 +205,7 @@ class Connection {
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
+  static constexpr int kSelfWakeMs = 250;      // a writer waiting on a full ring re-checks shutdown
   static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
   Connection(int fd, Role role);
@@ -268,7 +271,6 @@ class Connection {
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);
   void ping_if_due();  // tx_mu_ held
-  void wake_self();
   bool nonblocking(int flags) const;
   bool cacheable() const;
   void options_shared_changed();
@@ -334,7 +336,7 @@ class Connection {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<RingChannel> ring_;
   std::mutex wake_mu_;
-  int wake_fd_ = -1;             // our own doorbell, to wake our own sleepers
+  int wake_fd_ = -1;             // our own doorbell, for the readiness hooks
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
   uint64_t peer_final_ = 0;      // ... after this many bytes
   bool tcp_eof_ = false;         // FIN seen on the TCP side

@@ -444,8 +444,9 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   RDMASHIM_SCHED_POINT(kHandshakeAttach);
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     // The descriptors must come from the user that owns the server's end
-    // of this connection (looked up in make_client).
-    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), nonce_, ack.token, server_uid_, ack.ring_size, &err);
+    // of this connection (looked up in make_client). The rendezvous socket
+    // becomes our doorbell.
+    auto t = shm::ShmTransport::accept(std::move(rendezvous_fd_), nonce_, ack.token, server_uid_, ack.ring_size, &err);
     if (t) adopt(std::move(t));
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
              ack.ring_size == verbs_->local_params().ring_size) {

@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/memfd.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -20,15 +19,6 @@ namespace {
 
 constexpr unsigned kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-bool is_eventfd(int fd) {
-  char path[64], target[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(path, target, sizeof target - 1);
-  if (n <= 0) return false;
-  target[n] = '\0';
-  return strcmp(target, "anon_inode:[eventfd]") == 0;
-}
-
 }  // namespace
 
 std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
@@ -40,12 +30,10 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   s->ring_size_ = ring_size;
   size_t bytes = segment_bytes(ring_size);
   s->memfd_.reset(memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  for (auto& d : s->doorbell_) d.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   void* base = MAP_FAILED;
   const char* step = nullptr;  // which call failed, for the debug line
   // Sealed so the peer can never shrink it under us (which would SIGBUS us).
   if (!s->memfd_) step = "memfd_create";
-  else if (!s->doorbell_[0] || !s->doorbell_[1]) step = "eventfd";
   else if (ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
   else if (sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
@@ -62,8 +50,7 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   return s;
 }
 
-std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                                         size_t ring_size, int* err) {
+std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, size_t ring_size, int* err) {
   std::unique_ptr<Segment> s(new (std::nothrow) Segment());
   if (!s) {
     *err = -ENOMEM;
@@ -71,18 +58,12 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
   }
   s->ring_size_ = ring_size;
   s->memfd_ = std::move(memfd);
-  s->doorbell_[kClient] = std::move(doorbell_client);
-  s->doorbell_[kServer] = std::move(doorbell_server);
   size_t bytes = segment_bytes(ring_size);
   struct stat st{};
   int seals = sys::real().fcntl(s->memfd_.get(), F_GET_SEALS);
   bool ok = fstat(s->memfd_.get(), &st) == 0 && S_ISREG(st.st_mode) &&
             static_cast<size_t>(st.st_size) == bytes && seals >= 0 &&
-            (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals &&
-            is_eventfd(s->doorbell_[0].get()) && is_eventfd(s->doorbell_[1].get());
-  // Our doorbell writes must never block, whatever the creator set.
-  ok = ok && sys::real().fcntl(s->doorbell_[0].get(), F_SETFL, O_NONBLOCK) == 0 &&
-       sys::real().fcntl(s->doorbell_[1].get(), F_SETFL, O_NONBLOCK) == 0;
+            (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals;
   void* base = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0) : MAP_FAILED;
   if (base == MAP_FAILED) {
     *err = ok ? -errno : -EPROTO;

@@ -9,8 +9,10 @@
 
 namespace rdmashim::shm {
 
-ShmLink::ShmLink(std::unique_ptr<Segment> segment, Side self)
+ShmLink::ShmLink(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self)
     : segment_(std::move(segment)),
+      local_(std::move(local)),
+      doorbell_(std::move(doorbell)),
       self_(self),
       peer_(self == kClient ? kServer : kClient),
       mine_(segment_->header()->side[self_]),
@@ -34,14 +36,19 @@ void ShmLink::publish_head(uint64_t head) {
 }
 
 // A peer waiting for the other direction is not woken: it would find
-// nothing, sleep again, and cost two context switches for nothing.
-void ShmLink::wake_peer(uint32_t who) {
+// nothing, sleep again, and cost two context switches for nothing. Nor is a
+// sleep rung twice: the first datagram wakes it, more would only queue.
+// The word is the peer's: whatever it says costs us one write that cannot
+// block (our socket, O_NONBLOCK; EAGAIN means the peer has wakes queued).
+void ShmLink::wake_peer(uint64_t who) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if ((theirs_.sleepers.load(std::memory_order_relaxed) & who) != 0) {
-    uint64_t one = 1;
-    ssize_t ignored = sys::real().write(segment_->doorbell(peer_), &one, sizeof one);
-    (void)ignored;  // EAGAIN means the counter is already non-zero: the peer wakes anyway
-  }
+  uint64_t word = theirs_.sleepers.load(std::memory_order_relaxed);
+  if ((word & who) == 0) return;
+  uint32_t sleep = static_cast<uint32_t>(word >> 32);
+  if (rung_sleep_.exchange(sleep, std::memory_order_relaxed) == sleep) return;
+  unsigned char one = 1;
+  ssize_t ignored = sys::real().write(doorbell_.get(), &one, 1);
+  (void)ignored;
 }
 
 uint64_t ShmLink::peer_head() { return theirs_.consumed.value.load(std::memory_order_acquire); }
@@ -53,8 +60,12 @@ uint32_t sleeper_units(unsigned what) {
 }
 }  // namespace
 
+// The segment's word tells the peer to ring; our own count (LocalState,
+// which the peer cannot write) decides who drains.
 void ShmLink::prepare_sleep(unsigned what) {
-  mine_.sleepers.fetch_add(sleeper_units(what), std::memory_order_relaxed);
+  uint32_t units = sleeper_units(what);
+  local().sleepers.fetch_add(units, std::memory_order_relaxed);
+  mine_.sleepers.fetch_add(units + kOneSleep, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
@@ -63,9 +74,10 @@ void ShmLink::finish_sleep(unsigned what, bool rung) {
   // leave it readable so a thread still about to sleep cannot miss the
   // wakeup it is owed. An undrained ring costs one later wake for nothing.
   uint32_t units = sleeper_units(what);
-  if (mine_.sleepers.fetch_sub(units, std::memory_order_relaxed) == units && rung) {
-    uint64_t count;
-    ssize_t ignored = sys::real().read(segment_->doorbell(self_), &count, sizeof count);
+  mine_.sleepers.fetch_sub(units, std::memory_order_relaxed);
+  if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) == units && rung) {
+    unsigned char buf[16];
+    ssize_t ignored = sys::real().read(doorbell_.get(), buf, sizeof buf);  // one datagram: one ring
     (void)ignored;
   }
 }

@@ -1,19 +1,21 @@
 // Link over a shared-memory Segment: put() is a memcpy into the peer's rx
-// ring, cursors are atomics in the control page, and the doorbell is the
-// waiting side's eventfd, rung only when that side announced it sleeps.
+// ring, cursors are atomics in the control page, and the doorbell is a
+// datagram socket of our own connected to the peer's (rendezvous.h), rung
+// only when the peer announced a sleep we did not ring for yet.
 #pragma once
 
 #include <cstring>
 #include <memory>
 
 #include "link/link.h"
+#include "shm/local_state.h"
 #include "shm/segment.h"
 
 namespace rdmashim::shm {
 
 class ShmLink final : public Link {
  public:
-  ShmLink(std::unique_ptr<Segment> segment, Side self);
+  ShmLink(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self);
 
   size_t ring_size() const override { return segment_->ring_size(); }
   void put(uint64_t offset, const void* src, size_t len) override;
@@ -24,14 +26,15 @@ class ShmLink final : public Link {
   void publish_head(uint64_t head) override;
   uint64_t own_tail() const override { return mine_.produced.value.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return mine_.consumed.value.load(std::memory_order_relaxed); }
-  int wait_fd() const override { return segment_->doorbell(self_); }
+  int wait_fd() const override { return doorbell_.get(); }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
 
   Segment& segment() { return *segment_; }
   void mark_attached();
   bool peer_attached() const;
-  SideState& mine() { return mine_; }
+  LocalState& local() const { return local_->state(); }
+  int local_fd() const { return local_->fd(); }
 
   bool elastic() const override { return true; }
   uint64_t peer_map() override { return theirs_.produced.map.load(std::memory_order_acquire); }
@@ -42,11 +45,14 @@ class ShmLink final : public Link {
   bool release_rx(size_t len) override { return punch(rx_, len); }
 
  private:
-  static constexpr uint32_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000;
-  void wake_peer(uint32_t who);
+  static constexpr uint64_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000, kOneSleep = uint64_t{1} << 32;
+  void wake_peer(uint64_t who);
   static bool punch(unsigned char* ring, size_t len);
 
   std::unique_ptr<Segment> segment_;
+  std::unique_ptr<LocalPage> local_;
+  UniqueFd doorbell_;
+  std::atomic<uint32_t> rung_sleep_{0};  // the peer's sleep count we last rang for
   const Side self_;
   const Side peer_;
   SideState& mine_;

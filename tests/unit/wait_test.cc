@@ -4,6 +4,7 @@
 // without reading anything from /proc.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>
@@ -26,18 +27,21 @@ bool readable(int fd) {
   return poll(&p, 1, 0) == 1;
 }
 
+// Two links over one segment, with doorbells as in production: one
+// datagram socket each, connected to each other, non-blocking.
 struct Pair {
   Pair() {
     int err = 0;
     auto seg = Segment::create(4096, &err);
     EXPECT_NE(seg, nullptr) << err;
-    auto other = Segment::attach(UniqueFd(fcntl(seg->memfd(), F_DUPFD_CLOEXEC, 0)),
-                                 UniqueFd(fcntl(seg->doorbell(shm::kClient), F_DUPFD_CLOEXEC, 0)),
-                                 UniqueFd(fcntl(seg->doorbell(shm::kServer), F_DUPFD_CLOEXEC, 0)), 4096, &err);
+    auto other = Segment::attach(UniqueFd(fcntl(seg->memfd(), F_DUPFD_CLOEXEC, 0)), 4096, &err);
     EXPECT_NE(other, nullptr) << err;
-    server = std::make_unique<ShmLink>(std::move(seg), shm::kServer);
-    client = std::make_unique<ShmLink>(std::move(other), shm::kClient);
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    server = std::make_unique<ShmLink>(std::move(seg), shm::LocalPage::create(&err), UniqueFd(sv[0]), shm::kServer);
+    client = std::make_unique<ShmLink>(std::move(other), shm::LocalPage::create(&err), UniqueFd(sv[1]), shm::kClient);
   }
+  shm::SegmentHeader& header() { return *server->segment().header(); }
   std::unique_ptr<ShmLink> server, client;
 };
 
@@ -77,6 +81,53 @@ TEST(Doorbell, BothDirectionsAndUndrainedRing) {
   p.client->prepare_sleep(Link::kWaitData);
   p.client->finish_sleep(Link::kWaitData, true);
   EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// A sleep is rung once, however often the peer publishes meanwhile: a
+// datagram per publish would only fill the queue.
+TEST(Doorbell, OneRingPerSleep) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);
+  for (uint64_t t = 64; t <= 640; t += 64) p.server->publish_tail(t);
+  unsigned char buf[16];
+  EXPECT_EQ(read(p.client->wait_fd(), buf, sizeof buf), 1);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "rung more than once for one sleep";
+  p.client->finish_sleep(Link::kWaitData, false);
+  p.client->prepare_sleep(Link::kWaitData);  // a new sleep is rung again
+  p.server->publish_tail(704);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// Issue 12: the peer writes our side of the segment. Scribbling our
+// sleeper word must not stop us draining (a doorbell left readable would
+// make every later wait return at once: a spin).
+TEST(Doorbell, PeerScribbledSleeperWordStillDrains) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);
+  p.header().side[shm::kClient].sleepers.store(~uint64_t{0});  // the peer lies about our sleepers
+  p.server->publish_tail(64);
+  ASSERT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "our drain depended on a word the peer can write";
+}
+
+// Issue 12: a peer that never drains its doorbell and keeps announcing new
+// sleeps cannot make our rings block: the queue fills, the writes fail.
+TEST(Doorbell, PeerThatNeverDrainsCannotBlockUs) {
+  Pair p;
+  int peer_bell = p.client->wait_fd();
+  fcntl(peer_bell, F_SETFL, fcntl(peer_bell, F_GETFL) & ~O_NONBLOCK);  // the peer's own end: blocking
+  auto& word = p.header().side[shm::kClient].sleepers;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 1; i <= 20000; ++i) {
+    word.store((i << 32) | 0x10001);  // a new sleep each time, waiting for everything
+    p.server->publish_tail(i * 64);
+    p.server->publish_head(0);
+  }
+  EXPECT_LT(now_ns() - t0, 5'000'000'000ull) << "the rings were slow";
+  EXPECT_TRUE(readable(peer_bell));
 }
 
 // One wait that spins until the budget runs out (nothing comes).
