@@ -39,6 +39,9 @@ struct LocalState {
   // the last one out drains it. The segment's copy only tells the peer
   // whether to ring; the peer can write that one.
   std::atomic<uint32_t> sleepers{0};
+  // Datagrams we read from our doorbell; the peer's SideState::rings says
+  // how many it wrote (a hint: a lie costs one read that finds nothing).
+  std::atomic<uint64_t> drained{0};
 };
 
 constexpr uint64_t kLocalMagic = 0x6c61636f'6c6d6873ull;  // "shmlocal", loosely

@@ -50,6 +50,10 @@ struct alignas(64) SideState {
   // a sleeper that waits for what it published.
   alignas(64) std::atomic<uint64_t> sleepers{0};
   std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
+  // Datagrams this side wrote to the other's doorbell: the other drains
+  // what it is owed (a ring that landed after its sleeper left would
+  // otherwise stay queued, and under edge-triggered epoll pile up).
+  std::atomic<uint64_t> rings{0};
 };
 
 struct SegmentHeader {
@@ -68,6 +72,7 @@ constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(SideState) == 192);
 static_assert(offsetof(SideState, sleepers) == 128);
 static_assert(offsetof(SideState, attached) == 136);
+static_assert(offsetof(SideState, rings) == 144);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");

@@ -47,8 +47,7 @@ void ShmLink::wake_peer(uint64_t who) {
   uint32_t sleep = static_cast<uint32_t>(word >> 32);
   if (rung_sleep_.exchange(sleep, std::memory_order_relaxed) == sleep) return;
   unsigned char one = 1;
-  ssize_t ignored = sys::real().write(doorbell_.get(), &one, 1);
-  (void)ignored;
+  if (sys::real().write(doorbell_.get(), &one, 1) == 1) mine_.rings.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t ShmLink::peer_head() { return theirs_.consumed.value.load(std::memory_order_acquire); }
@@ -70,15 +69,18 @@ void ShmLink::prepare_sleep(unsigned what) {
 }
 
 void ShmLink::finish_sleep(unsigned what, bool rung) {
-  // The last sleeper out drains the doorbell (if it was rung); earlier ones
-  // leave it readable so a thread still about to sleep cannot miss the
-  // wakeup it is owed. An undrained ring costs one later wake for nothing.
+  // The last sleeper out drains the doorbell: the ring it saw, and any the
+  // peer counted that are still queued. Earlier ones leave it readable so
+  // a thread still about to sleep cannot miss the wakeup it is owed.
   uint32_t units = sleeper_units(what);
   mine_.sleepers.fetch_sub(units, std::memory_order_relaxed);
-  if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) == units && rung) {
+  if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) != units) return;
+  for (int i = 0; i < 8; ++i) {
+    uint64_t owed = theirs_.rings.load(std::memory_order_relaxed) - local().drained.load(std::memory_order_relaxed);
+    if (static_cast<int64_t>(owed) <= 0 && !(rung && i == 0)) break;
     unsigned char buf[16];
-    ssize_t ignored = sys::real().read(doorbell_.get(), buf, sizeof buf);  // one datagram: one ring
-    (void)ignored;
+    if (sys::real().read(doorbell_.get(), buf, sizeof buf) < 0) break;  // one datagram: one ring
+    local().drained.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -16,7 +16,8 @@ its own /proc/self/fd entry) and tampers with its own doorbell descriptors:
   doorbell  every eventfd it holds made blocking and its own filled to the
             maximum; every unix socket it holds made blocking and never
             read; its own sleeper word says "waiting for everything", with a
-            new sleep every millisecond; then it streams bytes to the victim
+            new sleep every millisecond, and its ring count is huge;
+            then it streams bytes to the victim
             so that the victim's reads credit it (and ring it).
 Then it creates WORK/attacked and keeps the connection open.
 
@@ -108,6 +109,7 @@ def attacker(s):
                 n += 1
                 time.sleep(0.001)
 
+        seg[mine + 144:mine + 152] = struct.pack("<Q", 1 << 62)  # "I rang you that often" (version 4)
         threading.Thread(target=sleeps, daemon=True).start()
     open(work + "/attacked", "w").close()
     print("attacker: %s attack in place" % attack, flush=True)
