@@ -428,10 +428,10 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
-    // The doorbells sit in the set edge-triggered, but each ring is a
-    // datagram: a connection the peer woke (it is ready now) drains one, so
-    // its doorbell's queue never fills and every later ring is a new edge.
-    for (auto& a : armed) a.ref->conn->disarm(a.what, n > 0 && a.ref->conn->ring_ready(a.what));
+    // The doorbells sit in the set edge-triggered: nothing to drain but the
+    // rings the peer counted (ShmLink::finish_sleep), so the queue never
+    // fills and every ring is a new edge.
+    for (auto& a : armed) a.ref->conn->disarm(a.what, false);
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted

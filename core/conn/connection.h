@@ -113,8 +113,6 @@ class Connection {
   int doorbell();
   unsigned arm(short events);
   void disarm(unsigned armed, bool rung);
-  // The ring has what an arm(what) waited for (lock free, a hint).
-  bool ring_ready(unsigned what) const;
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they

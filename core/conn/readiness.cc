@@ -221,10 +221,6 @@ unsigned Connection::arm(short events) {
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
 
-bool Connection::ring_ready(unsigned what) const {
-  return ((what & Link::kWaitData) && ring_->readable_hint()) || ((what & Link::kWaitSpace) && ring_->writable_hint());
-}
-
 uint64_t Connection::rx_progress() const {
   if (!rx_ring_.load(std::memory_order_acquire)) return rx_again_.load(std::memory_order_relaxed);
   return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
