@@ -4,7 +4,8 @@
 // we block, spin or wait: a peer that wrote our lock owner or sharing count
 // there could freeze us (issue 12). The sharing count and cross-process
 // locks of forked siblings, which directions they switched, the options
-// generation and how many of our threads sleep on the doorbell live here
+// generation, how many of our threads sleep on the doorbell and our own
+// cursors live here
 // instead: a one-page memfd this side creates and never hands to the peer,
 // mapped MAP_SHARED so forked children share it, and kept open so exec can
 // hand it on (ShmTransport::describe_for_exec).
@@ -42,6 +43,11 @@ struct LocalState {
   // Datagrams we read from our doorbell; the peer's SideState::rings says
   // how many it wrote (a hint: a lie costs one read that finds nothing).
   std::atomic<uint64_t> drained{0};
+  // What we last published in the segment (SideState::produced, its map
+  // word, consumed): our own positions, as the peer cannot rewrite them.
+  alignas(64) std::atomic<uint64_t> produced{0};
+  std::atomic<uint64_t> map{0};
+  alignas(64) std::atomic<uint64_t> consumed{0};
 };
 
 constexpr uint64_t kLocalMagic = 0x6c61636f'6c6d6873ull;  // "shmlocal", loosely

@@ -26,11 +26,13 @@ void ShmLink::put(uint64_t offset, const void* src, size_t len) { memcpy(tx_ + o
 // loads the other's word, so either the publisher sees the sleeper or the
 // sleeper's re-check sees the data. Never both missed.
 void ShmLink::publish_tail(uint64_t tail) {
+  local().produced.store(tail, std::memory_order_relaxed);
   mine_.produced.value.store(tail, std::memory_order_release);
   wake_peer(kDataSleepers);
 }
 
 void ShmLink::publish_head(uint64_t head) {
+  local().consumed.store(head, std::memory_order_relaxed);
   mine_.consumed.value.store(head, std::memory_order_release);
   wake_peer(kSpaceSleepers);
 }

@@ -24,8 +24,11 @@ class ShmLink final : public Link {
   const unsigned char* rx_data() const override { return rx_; }
   uint64_t peer_tail() override;
   void publish_head(uint64_t head) override;
-  uint64_t own_tail() const override { return mine_.produced.value.load(std::memory_order_relaxed); }
-  uint64_t own_head() const override { return mine_.consumed.value.load(std::memory_order_relaxed); }
+  // Our own positions come from our local page, never from the segment the
+  // peer can write: readiness compares them with the peer's, and a sibling
+  // resyncs from them.
+  uint64_t own_tail() const override { return local().produced.load(std::memory_order_relaxed); }
+  uint64_t own_head() const override { return local().consumed.load(std::memory_order_relaxed); }
   int wait_fd() const override { return doorbell_.get(); }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
@@ -38,8 +41,11 @@ class ShmLink final : public Link {
 
   bool elastic() const override { return true; }
   uint64_t peer_map() override { return theirs_.produced.map.load(std::memory_order_acquire); }
-  uint64_t own_map() const override { return mine_.produced.map.load(std::memory_order_relaxed); }
-  void publish_map(uint64_t word) override { mine_.produced.map.store(word, std::memory_order_release); }
+  uint64_t own_map() const override { return local().map.load(std::memory_order_relaxed); }
+  void publish_map(uint64_t word) override {
+    local().map.store(word, std::memory_order_relaxed);
+    mine_.produced.map.store(word, std::memory_order_release);
+  }
   void copy_tx(uint64_t dst, uint64_t src, size_t len) override { memcpy(tx_ + dst, tx_ + src, len); }
   bool release_tx(size_t len) override { return punch(tx_, len); }
   bool release_rx(size_t len) override { return punch(rx_, len); }

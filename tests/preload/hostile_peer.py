@@ -12,7 +12,8 @@ shared memory, writes hostile values into the segment it maps (found as
 its own /proc/self/fd entry) and tampers with its own doorbell descriptors:
   locks     the victim's side: every word after the cursors set to 0xff,
             then (at the offsets segment version 3 had them) users=2,
-            rx_owner=1, tx_owner=1: a lock held by a live process (init)
+            rx_owner=1, tx_owner=1: a lock held by a live process (init);
+            and the victim's published head moved 1000 bytes on
   doorbell  every eventfd it holds made blocking and its own filled to the
             maximum; every unix socket it holds made blocking and never
             read; its own sleeper word says "waiting for everything", with a
@@ -24,7 +25,7 @@ Then it creates WORK/attacked and keeps the connection open.
 The victim checks that it keeps the semantics TCP would give it: a
 non-blocking recv returns at once (data or EAGAIN), a blocking recv with
 SO_RCVTIMEO returns within its timeout, and waiting costs no CPU."""
-import mmap, os, resource, socket, struct, sys, threading, time
+import mmap, os, resource, select, socket, struct, sys, threading, time
 
 what, attack, role, work = sys.argv[1:5]
 attacker_role = "server" if role == "client" else "client"
@@ -49,14 +50,17 @@ def connect():
 
 
 def handshake(s):
-    # Both directions carry bytes, so both switched to the ring.
-    s.sendall(b"hi")
-    got = b""
-    while len(got) < 2:
-        b = s.recv(2 - len(got))
-        if not b:
-            sys.exit("peer closed during the greeting")
-        got += b
+    # Two exchanges: the second one travels on the ring both ways, so both
+    # directions switched (and read past their Switch).
+    for word in (b"hi", b"ok"):
+        s.sendall(word)
+        got = b""
+        while len(got) < 2:
+            b = s.recv(2 - len(got))
+            if not b:
+                sys.exit("peer closed during the greeting")
+            got += b
+        time.sleep(0.1)
 
 
 def own_fds(kind):
@@ -83,6 +87,9 @@ def attacker(s):
     if attack == "locks":
         seg[theirs + 128:theirs + 192] = b"\xff" * 64
         seg[theirs + 136:theirs + 148] = struct.pack("<Iii", 2, 1, 1)  # users, rx_owner, tx_owner (version 3)
+        # The victim's own published head, moved: "there is something to read".
+        head = struct.unpack("<Q", seg[theirs + 64:theirs + 72])[0]
+        seg[theirs + 64:theirs + 72] = struct.pack("<Q", head + 1000)
     else:
         bells = own_fds("anon_inode:[eventfd]")
         for b in bells:
@@ -153,6 +160,15 @@ def victim(s):
         call(lambda: s.recv(65536))
         time.sleep(0.002)
     nb_worst = worst
+    # select() for reading, 200 ms at a time: readable must mean a recv
+    # finds data (or the end), not a busy loop of empty wakes.
+    empty = 0
+    cpu0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+    while time.monotonic() < t0 + 1.0:
+        if select.select([s], [], [], 0.2)[0] and call(lambda: s.recv(65536)) == "EAGAIN":
+            empty += 1
+    cpu1, poll_wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
+    poll_cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
     # Blocking reads with SO_RCVTIMEO 200 ms: data or EAGAIN within it. The
     # CPU they cost while waiting (no data in the locks case) must be small.
     s.setblocking(True)
@@ -165,8 +181,9 @@ def victim(s):
         results.add(call(lambda: s.recv(65536)))
     cpu1, wall = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
     cpu = (cpu1.ru_utime + cpu1.ru_stime) - (cpu0.ru_utime + cpu0.ru_stime)
-    print("victim: non-blocking recv worst %.3f s; SO_RCVTIMEO recv worst %.3f s (%s); %d bytes; "
-          "CPU %.2f s in %.2f s" % (nb_worst, worst, "/".join(sorted(results)), got, cpu, wall), flush=True)
+    print("victim: non-blocking recv worst %.3f s; select: %d empty wakes, CPU %.2f s in %.2f s; "
+          "SO_RCVTIMEO recv worst %.3f s (%s); %d bytes; CPU %.2f s in %.2f s"
+          % (nb_worst, empty, poll_cpu, poll_wall, worst, "/".join(sorted(results)), got, cpu, wall), flush=True)
     fail = []
     if nb_worst > 0.25:
         fail.append("a non-blocking recv took %.3f s" % nb_worst)
@@ -176,6 +193,10 @@ def victim(s):
         fail.append("SO_RCVTIMEO never fired")
     if attack == "doorbell" and got == 0:
         fail.append("no byte of the attacker's stream arrived")
+    if empty > 20:
+        fail.append("select reported readable %d times with nothing to read" % empty)
+    if poll_cpu > 0.3 * poll_wall:
+        fail.append("waiting in select cost %.2f s of CPU in %.2f s" % (poll_cpu, poll_wall))
     if cpu > 0.3 * wall:
         fail.append("waiting cost %.2f s of CPU in %.2f s" % (cpu, wall))
     if fail:

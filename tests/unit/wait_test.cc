@@ -138,6 +138,22 @@ TEST(Doorbell, PeerThatNeverDrainsCannotBlockUs) {
   EXPECT_TRUE(readable(peer_bell));
 }
 
+// Issue 12: our own positions (readiness compares them with the peer's,
+// a forked sibling resyncs from them) are not the segment's copy, which
+// the peer can rewrite.
+TEST(Doorbell, OwnCursorsAreNotThePeers) {
+  Pair p;
+  p.client->publish_head(64);
+  p.client->publish_tail(128);
+  auto& side = p.header().side[shm::kClient];
+  side.consumed.value.store(64 + 1000);
+  side.produced.value.store(7);
+  side.produced.map.store(~uint64_t{0});
+  EXPECT_EQ(p.client->own_head(), 64u);
+  EXPECT_EQ(p.client->own_tail(), 128u);
+  EXPECT_EQ(p.client->own_map(), 0u);
+}
+
 // One wait that spins until the budget runs out (nothing comes).
 bool failed_wait() {
   Spinner s;
