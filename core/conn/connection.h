@@ -315,7 +315,7 @@ class Connection {
   // Handshake material.
   unsigned char nonce_[16] = {};
   unsigned char rendezvous_[shm::kNameBytes] = {};
-  UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+  UniqueFd rendezvous_fd_;  // the client's rendezvous socket, until the Ack (then its doorbell)
   uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
   UniqueFd announce_;       // the client's announcement, until settled
   std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack
