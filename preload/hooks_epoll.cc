@@ -428,7 +428,9 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
-    // The doorbells sit in the set edge-triggered: nothing to drain.
+    // The doorbells sit in the set edge-triggered: nothing to drain but the
+    // rings the peer counted (ShmLink::finish_sleep), so the queue never
+    // fills and every ring is a new edge.
     for (auto& a : armed) a.ref->conn->disarm(a.what, false);
     if (n < 0) {
       errno = err;

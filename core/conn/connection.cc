@@ -166,13 +166,12 @@ int Connection::shutdown(int how) {
   if (how != SHUT_RD && how != SHUT_WR && how != SHUT_RDWR) return -EINVAL;
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   if (how != SHUT_RD) {
-    // Wake a writer of ours blocked on a full ring. The FIN alone ends the
+    // A writer of ours blocked on a full ring sees tx_shut_ soon. The FIN alone ends the
     // stream, as for close(): no Close frame, because the peer may already
     // have read all it wanted and closed, and bytes landing on its closed
     // socket make its kernel answer with RST (our shutdown() would then fail
     // with ENOTCONN and our reads see ECONNRESET instead of EOF).
-    tx_shut_.store(true, std::memory_order_relaxed);
-    wake_self();
+    tx_shut_.store(true, std::memory_order_relaxed);  // a writer waiting on the ring looks every kSelfWakeMs
     std::lock_guard<std::mutex> tx(tx_mu_);
     if (tx_ == Tx::kRing) {
       flush_tx();  // the FIN must not overtake the data
@@ -182,8 +181,7 @@ int Connection::shutdown(int how) {
   }
   if (how != SHUT_WR) {
     rx_shut_.store(true, std::memory_order_relaxed);
-    rx_end_.store(true, std::memory_order_release);
-    wake_self();
+    rx_end_.store(true, std::memory_order_release);  // a reader waiting on the ring wakes at our shutdown below
   }
   if (rx_shut_.load() && tx_shut_.load() && rx_ring_.load(std::memory_order_acquire) &&
       shut_tail_.load(std::memory_order_relaxed) == UINT64_MAX) {

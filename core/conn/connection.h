@@ -204,6 +204,7 @@ class Connection {
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
+  static constexpr int kSelfWakeMs = 250;      // a writer waiting on a full ring re-checks shutdown
   static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
   Connection(int fd, Role role);
@@ -273,7 +274,6 @@ class Connection {
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);
   void ping_if_due();  // tx_mu_ held
-  void wake_self();
   bool nonblocking(int flags) const;
   bool cacheable() const;
   void options_shared_changed();
@@ -320,7 +320,7 @@ class Connection {
   // Handshake material.
   unsigned char nonce_[16] = {};
   unsigned char rendezvous_[shm::kNameBytes] = {};
-  UniqueFd rendezvous_fd_;  // the client's one-shot listener, until the Ack
+  UniqueFd rendezvous_fd_;  // the client's rendezvous socket, until the Ack (then its doorbell)
   fds::Promise segment_fds_;  // room kept for the segment's descriptors, until the Ack
   uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
   UniqueFd announce_;       // the client's announcement, until settled
@@ -340,7 +340,7 @@ class Connection {
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<RingChannel> ring_;
   std::mutex wake_mu_;
-  int wake_fd_ = -1;             // our own doorbell, to wake our own sleepers
+  int wake_fd_ = -1;             // our own doorbell, for the readiness hooks
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
   uint64_t peer_final_ = 0;      // ... after this many bytes
   bool tcp_eof_ = false;         // FIN seen on the TCP side

@@ -68,8 +68,9 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
     budget = !c->rendezvous_fd_ && fds::exhausted(errno);
     // Room for it and for the segment's three to come.
-    if (c->rendezvous_fd_ && !fds::keep(c->rendezvous_fd_, shm::kHandoffFds)) budget = true;
-    if (c->rendezvous_fd_) c->segment_fds_ = fds::Promise(shm::kHandoffFds);
+    // After the Ack come the segment's memfd and our local page.
+    if (c->rendezvous_fd_ && !fds::keep(c->rendezvous_fd_, shm::kHandoffFds + 1)) budget = true;
+    if (c->rendezvous_fd_) c->segment_fds_ = fds::Promise(shm::kHandoffFds + 1);
   }
   if (!c->rendezvous_fd_) offer &= ~wire::kTransportShm;
   struct {
@@ -459,8 +460,9 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   segment_fds_.reset();  // the room kept for the segment is the segment's now
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {
     // The descriptors must come from the user that owns the server's end
-    // of this connection (looked up in make_client).
-    auto t = shm::ShmTransport::accept(rendezvous_fd_.get(), nonce_, ack.token, server_uid_, ack.ring_size, &err);
+    // of this connection (looked up in make_client). The rendezvous socket
+    // becomes our doorbell.
+    auto t = shm::ShmTransport::accept(std::move(rendezvous_fd_), nonce_, ack.token, server_uid_, ack.ring_size, &err);
     if (t && !may_follow_exec()) t->close_memfd();
     if (t) adopt(std::move(t));
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&

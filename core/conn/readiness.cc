@@ -21,15 +21,6 @@ namespace rdmashim {
 // ---------------------------------------------------------------------------
 // Waiting
 
-void Connection::wake_self() {
-  std::lock_guard<std::mutex> lock(wake_mu_);
-  if (wake_fd_ >= 0) {
-    uint64_t one = 1;
-    ssize_t ignored = sys::real().write(wake_fd_, &one, sizeof one);
-    (void)ignored;
-  }
-}
-
 // Spins for RDMASHIM_SPIN_US, then sleeps on the doorbell and the TCP socket
 // (which reports the peer's control frames, FIN and RST). Returns 0 when
 // something may have changed, -EAGAIN at the deadline, -EINTR on a signal
@@ -79,6 +70,10 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
   if (fin && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  // Only the peer can ring our doorbell (rendezvous.h): a writer looks at
+  // tx_shut_ (shutdown(SHUT_WR) by another thread) at least this often. A
+  // reader is woken by the TCP side, which shutdown(SHUT_RD) makes readable.
+  if (for_write && (timeout < 0 || timeout > kSelfWakeMs)) timeout = kSelfWakeMs;
   if (release_due != 0) {  // wake when the rate limit lets that release happen
     uint64_t now = now_ns();
     int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);

@@ -53,13 +53,16 @@ class RingChannel {
   // (a write) would find bytes (room) now. Never used to move data.
   bool readable_hint() const { return link_.peer_tail() != link_.own_head(); }
   bool writable_hint() const { return link_.own_tail() - link_.peer_head() < size_; }
-  // Bytes waiting to be read / produced but not yet consumed by the peer.
-  uint64_t unread_hint() const { return link_.peer_tail() - link_.own_head(); }
-  uint64_t unacked_hint() const { return link_.own_tail() - link_.peer_head(); }
+  // Bytes waiting to be read / produced but not yet consumed by the peer,
+  // at most a ring (the peer's cursor is unchecked here: FIONREAD must not
+  // tell the program to allocate more than TCP could have buffered).
+  uint64_t unread_hint() const { return clamp(link_.peer_tail() - link_.own_head()); }
+  uint64_t unacked_hint() const { return clamp(link_.own_tail() - link_.peer_head()); }
   // Re-reads our own positions from what we published: another process
   // (a fork sharing this connection) may have moved them.
   void resync_rx();
   void resync_tx();
+  uint64_t clamp(uint64_t n) const { return n > size_ ? size_ : n; }
 
   // Elastic links. The producer hands back the pages it wrote since the last
   // time, if the consumer drained everything (caller holds the send side);

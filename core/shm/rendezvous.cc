@@ -5,8 +5,10 @@
 #include <sys/un.h>
 
 #include <cerrno>
+#include <cstddef>
 #include <cstring>
 
+#include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -35,6 +37,7 @@ socklen_t make_address(const unsigned char (&name)[kNameBytes], sockaddr_un* add
 struct Handoff {
   unsigned char payload[kNonceBytes + kTokenBytes];
   iovec iov{payload, sizeof payload};
+  sockaddr_un from{};  // the sender's address: the server's doorbell
   alignas(cmsghdr) char control[CMSG_SPACE(sizeof(int) * kHandoffFds) + CMSG_SPACE(sizeof(ucred))] = {};
   msghdr msg{};
   Handoff() {
@@ -42,6 +45,8 @@ struct Handoff {
     msg.msg_iovlen = 1;
     msg.msg_control = control;
     msg.msg_controllen = sizeof control;
+    msg.msg_name = &from;
+    msg.msg_namelen = sizeof from;
   }
   Handoff(const Handoff&) = delete;
 };
@@ -83,19 +88,29 @@ UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char 
 }
 
 int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes],
-                     const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds]) {
+                     const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds],
+                     UniqueFd* doorbell) {
   const auto& sys = sys::real();
   UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
-  if (!fd) {
-    int err = -errno;
-    RDMASHIM_DEBUG("shm handover: socket failed: %s", strerror(-err));
-    return err;
-  }
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
+  // Bound (an autobind name) so the client can connect back; connected, so
+  // only the client's socket can send to it.
+  sa_family_t unnamed = AF_UNIX;
+  // Long-lived (it becomes our doorbell): out of the program's numbers.
+  if (fd && !rdmashim::fds::keep(fd)) errno = EMFILE;
+  const char* step = !fd ? "socket (or moving it out of the program's way)"
+                     : sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&unnamed), sizeof unnamed) != 0 ? "bind"
+                     : sys.connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0            ? "connect"
+                                                                                                       : nullptr;
+  if (step) {
+    int err = -errno;
+    RDMASHIM_DEBUG("shm handover: %s failed: %s", step, strerror(-err));
+    return err;
+  }
   Handoff h;
-  h.msg.msg_name = &addr;
-  h.msg.msg_namelen = len;
+  h.msg.msg_name = nullptr;
+  h.msg.msg_namelen = 0;
   memcpy(h.payload, nonce, kNonceBytes);
   memcpy(h.payload + kNonceBytes, token, kTokenBytes);
   h.msg.msg_controllen = CMSG_SPACE(sizeof(int) * kHandoffFds);
@@ -112,8 +127,31 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
     RDMASHIM_DEBUG("shm handover: sendmsg to the client's rendezvous failed: %s", strerror(-err));
     return err;
   }
+  *doorbell = std::move(fd);
   return 0;
 }
+
+namespace {
+
+// The rendezvous socket becomes the client's doorbell: connected to the
+// server's, it takes datagrams from that socket alone, so the nonce filter
+// and the credentials have done their work.
+int connect_doorbell(int socket, const Handoff& h) {
+  const auto& sys = sys::real();
+  socklen_t len = h.msg.msg_namelen;
+  if (len <= offsetof(sockaddr_un, sun_path) || len > sizeof h.from || h.from.sun_family != AF_UNIX) return -EPROTO;
+  int off = 0, unused = 0;
+  sys.setsockopt(socket, SOL_SOCKET, SO_PASSCRED, &off, sizeof off);
+  if (sys.connect(socket, reinterpret_cast<const sockaddr*>(&h.from), len) != 0) {
+    // The server already closed its end (a banner and close): nothing will
+    // ring us, and the filter keeps everyone else out.
+    return errno == ECONNREFUSED ? 0 : -errno;
+  }
+  sys.setsockopt(socket, SOL_SOCKET, SO_DETACH_FILTER, &unused, sizeof unused);
+  return 0;
+}
+
+}  // namespace
 
 int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
                         const unsigned char (&token)[kTokenBytes], uid_t sender_uid, UniqueFd (&out)[kHandoffFds]) {
@@ -151,6 +189,8 @@ int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
     // No free descriptor number for them here: the kernel dropped them.
     if (proof && from_owner && (h.msg.msg_flags & MSG_CTRUNC) && count < kHandoffFds) return -EMFILE;
     if (proof && from_owner && !truncated && count == kHandoffFds) {
+      int err = connect_doorbell(socket, h);
+      if (err != 0) return err;
       for (int i = 0; i < kHandoffFds; ++i) out[i] = std::move(got[i]);
       return 0;
     }

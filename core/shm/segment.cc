@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <linux/memfd.h>
-#include <sys/eventfd.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -21,15 +20,6 @@ namespace {
 
 constexpr unsigned kRequiredSeals = F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL;
 
-bool is_eventfd(int fd) {
-  char path[64], target[64];
-  snprintf(path, sizeof path, "/proc/self/fd/%d", fd);
-  ssize_t n = readlink(path, target, sizeof target - 1);
-  if (n <= 0) return false;
-  target[n] = '\0';
-  return strcmp(target, "anon_inode:[eventfd]") == 0;
-}
-
 }  // namespace
 
 std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
@@ -41,20 +31,18 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   s->ring_size_ = ring_size;
   size_t bytes = segment_bytes(ring_size);
   s->memfd_.reset(memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  for (auto& d : s->doorbell_) d.reset(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
   void* base = MAP_FAILED;
   const char* step = nullptr;  // which call failed, for the debug line
   // Sealed so the peer can never shrink it under us (which would SIGBUS us).
   if (!s->memfd_) step = "memfd_create";
-  else if (!s->doorbell_[0] || !s->doorbell_[1]) step = "eventfd";
-  else if (!s->keep_descriptors()) step = "moving the descriptors out of the program's way";
+  else if (!s->keep_memfd()) step = "moving the memfd out of the program's way";
   else if (ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
   else if (sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
   else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
     step = "mmap";
   if (step) {
     *err = -(errno ? errno : EIO);
-    if (!s->memfd_ || !s->doorbell_[0] || !s->doorbell_[1]) *err = fds::exhausted(*err) ? -EMFILE : *err;
+    if (!s->memfd_) *err = fds::exhausted(*err) ? -EMFILE : *err;
     RDMASHIM_DEBUG("shm segment of %zu bytes: %s failed: %s", bytes, step, strerror(-*err));
     return nullptr;
   }
@@ -65,8 +53,7 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   return s;
 }
 
-std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                                         size_t ring_size, int* err, bool received) {
+std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, size_t ring_size, int* err, bool received) {
   std::unique_ptr<Segment> s(new (std::nothrow) Segment());
   if (!s) {
     *err = -ENOMEM;
@@ -74,11 +61,9 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
   }
   s->ring_size_ = ring_size;
   s->memfd_ = std::move(memfd);
-  s->doorbell_[kClient] = std::move(doorbell_client);
-  s->doorbell_[kServer] = std::move(doorbell_server);
   size_t bytes = segment_bytes(ring_size);
   // Received at the lowest free numbers: moved before anything else.
-  if (received && s->memfd_ && s->doorbell_[0] && s->doorbell_[1] && !s->keep_descriptors()) {
+  if (received && s->memfd_ && !s->keep_memfd()) {
     *err = -EMFILE;
     return nullptr;
   }
@@ -86,11 +71,7 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
   int seals = sys::real().fcntl(s->memfd_.get(), F_GET_SEALS);
   bool ok = fstat(s->memfd_.get(), &st) == 0 && S_ISREG(st.st_mode) &&
             static_cast<size_t>(st.st_size) == bytes && seals >= 0 &&
-            (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals &&
-            is_eventfd(s->doorbell_[0].get()) && is_eventfd(s->doorbell_[1].get());
-  // Our doorbell writes must never block, whatever the creator set.
-  ok = ok && sys::real().fcntl(s->doorbell_[0].get(), F_SETFL, O_NONBLOCK) == 0 &&
-       sys::real().fcntl(s->doorbell_[1].get(), F_SETFL, O_NONBLOCK) == 0;
+            (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals;
   void* base = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0) : MAP_FAILED;
   if (base == MAP_FAILED) {
     *err = ok ? -errno : -EPROTO;
@@ -105,13 +86,9 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, UniqueFd doorbell_clien
   return s;
 }
 
-bool Segment::keep_descriptors() {
-  int fds[3] = {memfd_.release(), doorbell_[0].release(), doorbell_[1].release()};
-  bool ok = fds::keep(fds, 3);
+bool Segment::keep_memfd() {
+  bool ok = fds::keep(memfd_);
   if (!ok) errno = EMFILE;
-  memfd_.reset(fds[0]);
-  doorbell_[0].reset(fds[1]);
-  doorbell_[1].reset(fds[2]);
   return ok;
 }
 
@@ -129,15 +106,20 @@ void Segment::close_memfd() {
 // exec after close_memfd(). -1 when this process lost the capability since
 // (it dropped privileges): the connection cannot follow exec then.
 int Segment::reopen_memfd() {
-  if (!memfd_) memfd_.reset(open_from_mapping());
+  if (!memfd_) {
+    memfd_.reset(open_from_mapping());
+    if (memfd_) keep_memfd();  // not at a number the new image's program expects free
+  }
   return memfd_.get();
 }
 
-int Segment::open_from_mapping() const {
+int Segment::open_from_mapping() const { return open_own_mapping(header_, segment_bytes(ring_size_)); }
+
+int open_own_mapping(const void* start, size_t bytes) {
   char path[96];
-  auto start = reinterpret_cast<uintptr_t>(header_);
-  snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(start),
-           static_cast<unsigned long>(start + segment_bytes(ring_size_)));
+  auto a = reinterpret_cast<uintptr_t>(start);
+  snprintf(path, sizeof path, "/proc/self/map_files/%lx-%lx", static_cast<unsigned long>(a),
+           static_cast<unsigned long>(a + bytes));
   return open(path, O_RDWR | O_CLOEXEC);
 }
 

@@ -1,7 +1,9 @@
 // The shared-memory segment behind one upgraded same-host connection: a
-// sealed memfd holding a control page and two rings, plus one eventfd
-// doorbell per side. The server creates it; the client attaches to it after
-// receiving the descriptors over the rendezvous socket.
+// sealed memfd holding a control page and two rings. The server creates it;
+// the client attaches to it after receiving it over the rendezvous socket.
+// Everything in it is the peer's to write: what it publishes is validated
+// before use (RingChannel), and nothing in it decides whether we block or
+// spin (our locks and sleeper count live in LocalState, local_state.h).
 //
 // The memfd is sparse: a page costs memory once written, and the producer
 // punches pages of a drained ring back out (ShmLink::release_tx).
@@ -36,32 +38,22 @@ struct alignas(64) ProducerCursor {
   std::atomic<uint64_t> map{0};
 };
 
-// What one side publishes. Written only by that side (except `sleepers`,
-// which only that side changes too); read by both.
+// What one side publishes. Written only by that side; read by both, and
+// to the other side only ever a hint.
 struct alignas(64) SideState {
   ProducerCursor produced;            // bytes written into the other side's rx ring, and map
   Cursor consumed;                    // bytes consumed from this side's rx ring
-  // Threads of this side about to sleep on its doorbell: the low 16 bits
-  // count those waiting for data (the peer's tail), the high 16 bits those
-  // waiting for space (the peer's head). The peer rings only for a sleeper
-  // that waits for what it published.
-  alignas(64) std::atomic<uint32_t> sleepers{0};
+  // Threads of this side about to sleep on its doorbell: bits 0-15 count
+  // those waiting for data (the peer's tail), bits 16-31 those waiting for
+  // space (the peer's head); bits 32-63 count sleeps, so the peer rings once
+  // per sleep however often it publishes meanwhile. The peer rings only for
+  // a sleeper that waits for what it published.
+  alignas(64) std::atomic<uint64_t> sleepers{0};
   std::atomic<uint32_t> attached{0};  // 1 once this side mapped the segment
-  // After fork, several processes may use this side: they serialize each
-  // direction through these locks (a holder's pid, 0 when free).
-  std::atomic<uint32_t> users{1};
-  std::atomic<int32_t> rx_owner{0};
-  std::atomic<int32_t> tx_owner{0};
-  // Which of this side's directions passed their Switch, in whichever process
-  // did it: its siblings follow without seeing the frame themselves.
-  std::atomic<uint32_t> rx_switched{0};
-  std::atomic<uint32_t> tx_switched{0};
-  // Bumped by any process of this side that changed the socket's options
-  // (O_NONBLOCK, timeouts, SO_RCVLOWAT): its siblings re-read their caches.
-  std::atomic<uint32_t> options_gen{0};
-  // Set once a second process used this side: a process left alone again
-  // still re-reads the cursors its siblings moved.
-  std::atomic<uint32_t> ever_shared{0};
+  // Datagrams this side wrote to the other's doorbell: the other drains
+  // what it is owed (a ring that landed after its sleeper left would
+  // otherwise stay queued, and under edge-triggered epoll pile up).
+  std::atomic<uint64_t> rings{0};
 };
 
 struct SegmentHeader {
@@ -72,31 +64,38 @@ struct SegmentHeader {
 };
 
 constexpr uint64_t kSegmentMagic = 0x676573'6873616d'64ull;  // "dmashseg", loosely
-constexpr uint32_t kSegmentVersion = 3;  // 2: ProducerCursor::map; 3: sleepers split by direction
+// 2: ProducerCursor::map; 3: sleepers split by direction; 4: locks and
+// sharing state out of the segment, sleepers count sleeps, socket doorbells.
+constexpr uint32_t kSegmentVersion = 4;
 constexpr size_t kHeaderBytes = 4096;
 
 static_assert(sizeof(SideState) == 192);
-static_assert(offsetof(SideState, users) == 136);
-static_assert(offsetof(SideState, options_gen) == 156);
-static_assert(offsetof(SideState, ever_shared) == 160);
+static_assert(offsetof(SideState, sleepers) == 128);
+static_assert(offsetof(SideState, attached) == 136);
+static_assert(offsetof(SideState, rings) == 144);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");
 
 constexpr size_t segment_bytes(size_t ring_size) { return kHeaderBytes + 2 * ring_size; }
 
+// A new descriptor for the memfd behind our own mapping [start, start+bytes),
+// through /proc/self/map_files: needs CAP_CHECKPOINT_RESTORE (or
+// CAP_SYS_ADMIN); -1 without. Lets a connection drop a memfd it needs only
+// to follow exec, where the process could get it back.
+int open_own_mapping(const void* start, size_t bytes);
+
 class Segment {
  public:
-  // Creates, seals and maps a fresh segment and both doorbells.
+  // Creates, seals and maps a fresh segment.
   // Returns nullptr with *err set (a negative errno) on failure.
   static std::unique_ptr<Segment> create(size_t ring_size, int* err);
-  // Maps a segment received from the peer after checking everything about it:
-  // the memfd's seals and size, the header, and that the doorbells are eventfds.
-  // Takes ownership of the descriptors in every case. `received`: they were
-  // just received (at the lowest free numbers) and are moved out of the
-  // program's way (fds::keep); inherited across exec, they already were.
-  static std::unique_ptr<Segment> attach(UniqueFd memfd, UniqueFd doorbell_client, UniqueFd doorbell_server,
-                                         size_t ring_size, int* err, bool received = true);
+  // Maps a segment received from the peer after checking everything about
+  // it: the memfd's seals and size, and the header. Takes ownership of it in
+  // every case. `received`: it was just received (at the lowest free number)
+  // and is moved out of the program's way (fds::keep); inherited across
+  // exec, it already was.
+  static std::unique_ptr<Segment> attach(UniqueFd memfd, size_t ring_size, int* err, bool received = true);
   ~Segment();
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
@@ -110,16 +109,14 @@ class Segment {
   int memfd() const { return memfd_.get(); }
   void close_memfd();
   int reopen_memfd();
-  int doorbell(Side s) const { return doorbell_[s].get(); }
 
  private:
   Segment() = default;
   int open_from_mapping() const;
-  bool keep_descriptors();  // fds::keep for all three
+  bool keep_memfd();  // fds::keep
   SegmentHeader* header_ = nullptr;
   size_t ring_size_ = 0;
   UniqueFd memfd_;
-  UniqueFd doorbell_[2];
 };
 
 }  // namespace rdmashim::shm

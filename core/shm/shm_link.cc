@@ -9,8 +9,10 @@
 
 namespace rdmashim::shm {
 
-ShmLink::ShmLink(std::unique_ptr<Segment> segment, Side self)
+ShmLink::ShmLink(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self)
     : segment_(std::move(segment)),
+      local_(std::move(local)),
+      doorbell_(std::move(doorbell)),
       self_(self),
       peer_(self == kClient ? kServer : kClient),
       mine_(segment_->header()->side[self_]),
@@ -24,24 +26,30 @@ void ShmLink::put(uint64_t offset, const void* src, size_t len) { memcpy(tx_ + o
 // loads the other's word, so either the publisher sees the sleeper or the
 // sleeper's re-check sees the data. Never both missed.
 void ShmLink::publish_tail(uint64_t tail) {
+  local().produced.store(tail, std::memory_order_relaxed);
   mine_.produced.value.store(tail, std::memory_order_release);
   wake_peer(kDataSleepers);
 }
 
 void ShmLink::publish_head(uint64_t head) {
+  local().consumed.store(head, std::memory_order_relaxed);
   mine_.consumed.value.store(head, std::memory_order_release);
   wake_peer(kSpaceSleepers);
 }
 
 // A peer waiting for the other direction is not woken: it would find
-// nothing, sleep again, and cost two context switches for nothing.
-void ShmLink::wake_peer(uint32_t who) {
+// nothing, sleep again, and cost two context switches for nothing. Nor is a
+// sleep rung twice: the first datagram wakes it, more would only queue.
+// The word is the peer's: whatever it says costs us one write that cannot
+// block (our socket, O_NONBLOCK; EAGAIN means the peer has wakes queued).
+void ShmLink::wake_peer(uint64_t who) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
-  if ((theirs_.sleepers.load(std::memory_order_relaxed) & who) != 0) {
-    uint64_t one = 1;
-    ssize_t ignored = sys::real().write(segment_->doorbell(peer_), &one, sizeof one);
-    (void)ignored;  // EAGAIN means the counter is already non-zero: the peer wakes anyway
-  }
+  uint64_t word = theirs_.sleepers.load(std::memory_order_relaxed);
+  if ((word & who) == 0) return;
+  uint32_t sleep = static_cast<uint32_t>(word >> 32);
+  if (rung_sleep_.exchange(sleep, std::memory_order_relaxed) == sleep) return;
+  unsigned char one = 1;
+  if (sys::real().write(doorbell_.get(), &one, 1) == 1) mine_.rings.fetch_add(1, std::memory_order_relaxed);
 }
 
 uint64_t ShmLink::peer_head() { return theirs_.consumed.value.load(std::memory_order_acquire); }
@@ -53,20 +61,28 @@ uint32_t sleeper_units(unsigned what) {
 }
 }  // namespace
 
+// The segment's word tells the peer to ring; our own count (LocalState,
+// which the peer cannot write) decides who drains.
 void ShmLink::prepare_sleep(unsigned what) {
-  mine_.sleepers.fetch_add(sleeper_units(what), std::memory_order_relaxed);
+  uint32_t units = sleeper_units(what);
+  local().sleepers.fetch_add(units, std::memory_order_relaxed);
+  mine_.sleepers.fetch_add(units + kOneSleep, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
 void ShmLink::finish_sleep(unsigned what, bool rung) {
-  // The last sleeper out drains the doorbell (if it was rung); earlier ones
-  // leave it readable so a thread still about to sleep cannot miss the
-  // wakeup it is owed. An undrained ring costs one later wake for nothing.
+  // The last sleeper out drains the doorbell: the ring it saw, and any the
+  // peer counted that are still queued. Earlier ones leave it readable so
+  // a thread still about to sleep cannot miss the wakeup it is owed.
   uint32_t units = sleeper_units(what);
-  if (mine_.sleepers.fetch_sub(units, std::memory_order_relaxed) == units && rung) {
-    uint64_t count;
-    ssize_t ignored = sys::real().read(segment_->doorbell(self_), &count, sizeof count);
-    (void)ignored;
+  mine_.sleepers.fetch_sub(units, std::memory_order_relaxed);
+  if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) != units) return;
+  for (int i = 0; i < 8; ++i) {
+    uint64_t owed = theirs_.rings.load(std::memory_order_relaxed) - local().drained.load(std::memory_order_relaxed);
+    if (static_cast<int64_t>(owed) <= 0 && !(rung && i == 0)) break;
+    unsigned char buf[16];
+    if (sys::real().read(doorbell_.get(), buf, sizeof buf) < 0) break;  // one datagram: one ring
+    local().drained.fetch_add(1, std::memory_order_relaxed);
   }
 }
 

@@ -19,7 +19,8 @@ class ShmTransport final : public Transport {
                                              const unsigned char (&token)[kTokenBytes], int* err);
   // Client: receives the descriptors on `listener` (sent by user
   // `server_uid`), checks them and maps the segment. nullptr and *err on failure.
-  static std::unique_ptr<ShmTransport> accept(int listener, const unsigned char (&nonce)[kNonceBytes],
+  // The listener becomes the client's doorbell (taken in every case).
+  static std::unique_ptr<ShmTransport> accept(UniqueFd listener, const unsigned char (&nonce)[kNonceBytes],
                                               const unsigned char (&token)[kTokenBytes], uid_t server_uid,
                                               size_t ring_size, int* err);
 
@@ -27,42 +28,43 @@ class ShmTransport final : public Transport {
   static std::unique_ptr<ShmTransport> adopt(const char* text, int* err);
 
   // Once handed over and mapped, the memfd is needed only to follow exec.
-  void close_memfd() { link_.segment().close_memfd(); }
+  void close_memfd() {
+    link_.segment().close_memfd();
+    link_.local_page().close_fd();
+  }
 
   const char* name() const override { return "shm"; }
   std::string describe_for_exec() override;
   Link& link() override { return link_; }
   void mark_attached() override { link_.mark_attached(); }
   bool peer_attached() const override { return link_.peer_attached(); }
+  // The sharing state is our LocalState: the peer cannot write it.
   void add_user() override {
-    link_.mine().ever_shared.store(1, std::memory_order_relaxed);
-    link_.mine().users.fetch_add(1, std::memory_order_acq_rel);
+    local().ever_shared.store(1, std::memory_order_relaxed);
+    local().users.fetch_add(1, std::memory_order_acq_rel);
   }
-  bool ever_shared() const override {
-    return const_cast<ShmLink&>(link_).mine().ever_shared.load(std::memory_order_relaxed) != 0;
-  }
-  void remove_user() override { link_.mine().users.fetch_sub(1, std::memory_order_acq_rel); }
-  bool shared() const override {
-    return const_cast<ShmLink&>(link_).mine().users.load(std::memory_order_acquire) > 1;
-  }
+  bool ever_shared() const override { return local().ever_shared.load(std::memory_order_relaxed) != 0; }
+  void remove_user() override { local().users.fetch_sub(1, std::memory_order_acq_rel); }
+  bool shared() const override { return local().users.load(std::memory_order_acquire) > 1; }
   void mark_switched(Dir d) override {
-    (d == Dir::kRx ? link_.mine().rx_switched : link_.mine().tx_switched).store(1, std::memory_order_release);
+    (d == Dir::kRx ? local().rx_switched : local().tx_switched).store(1, std::memory_order_release);
   }
   bool switched(Dir d) const override {
-    SideState& s = const_cast<ShmLink&>(link_).mine();
-    return (d == Dir::kRx ? s.rx_switched : s.tx_switched).load(std::memory_order_acquire) != 0;
+    return (d == Dir::kRx ? local().rx_switched : local().tx_switched).load(std::memory_order_acquire) != 0;
   }
-  uint32_t options_generation() const override {
-    return const_cast<ShmLink&>(link_).mine().options_gen.load(std::memory_order_acquire);
-  }
+  uint32_t options_generation() const override { return local().options_gen.load(std::memory_order_acquire); }
   uint32_t bump_options_generation() override {
-    return link_.mine().options_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
+    return local().options_gen.fetch_add(1, std::memory_order_acq_rel) + 1;
   }
   void lock(Dir d) override;
   void unlock(Dir d) override;
 
  private:
-  ShmTransport(std::unique_ptr<Segment> segment, Side self) : self_(self), link_(std::move(segment), self) {}
+  ShmTransport(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self)
+      : self_(self), link_(std::move(segment), std::move(local), std::move(doorbell), self) {}
+  static std::unique_ptr<ShmTransport> make(std::unique_ptr<Segment> segment, UniqueFd doorbell, Side self,
+                                            std::unique_ptr<LocalPage> local, int* err);
+  LocalState& local() const { return link_.local(); }
   Side self_;
   ShmLink link_;
 };

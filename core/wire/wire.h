@@ -44,7 +44,7 @@ enum TransportBits : uint32_t {
 //                    optional hints a server may ignore.
 // 12  transports     u32 TransportBits the client can use
 // 16  nonce[16]      random; echoed in Ack so app bytes can never pass for an Ack
-// 32  rendezvous[16] random name of the client's one-shot abstract unix socket
+// 32  rendezvous[16] random name of the client's rendezvous abstract unix socket
 //                    that receives the shared-memory descriptors
 // 48  reserved[16]   zero
 struct Hello {

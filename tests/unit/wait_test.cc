@@ -4,6 +4,7 @@
 // without reading anything from /proc.
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/socket.h>
 #include <unistd.h>
 
 #include <thread>
@@ -26,18 +27,21 @@ bool readable(int fd) {
   return poll(&p, 1, 0) == 1;
 }
 
+// Two links over one segment, with doorbells as in production: one
+// datagram socket each, connected to each other, non-blocking.
 struct Pair {
   Pair() {
     int err = 0;
     auto seg = Segment::create(4096, &err);
     EXPECT_NE(seg, nullptr) << err;
-    auto other = Segment::attach(UniqueFd(fcntl(seg->memfd(), F_DUPFD_CLOEXEC, 0)),
-                                 UniqueFd(fcntl(seg->doorbell(shm::kClient), F_DUPFD_CLOEXEC, 0)),
-                                 UniqueFd(fcntl(seg->doorbell(shm::kServer), F_DUPFD_CLOEXEC, 0)), 4096, &err);
+    auto other = Segment::attach(UniqueFd(fcntl(seg->memfd(), F_DUPFD_CLOEXEC, 0)), 4096, &err);
     EXPECT_NE(other, nullptr) << err;
-    server = std::make_unique<ShmLink>(std::move(seg), shm::kServer);
-    client = std::make_unique<ShmLink>(std::move(other), shm::kClient);
+    int sv[2];
+    EXPECT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0, sv), 0);
+    server = std::make_unique<ShmLink>(std::move(seg), shm::LocalPage::create(&err), UniqueFd(sv[0]), shm::kServer);
+    client = std::make_unique<ShmLink>(std::move(other), shm::LocalPage::create(&err), UniqueFd(sv[1]), shm::kClient);
   }
+  shm::SegmentHeader& header() { return *server->segment().header(); }
   std::unique_ptr<ShmLink> server, client;
 };
 
@@ -71,12 +75,83 @@ TEST(Doorbell, BothDirectionsAndUndrainedRing) {
   p.client->prepare_sleep(Link::kWaitAny);
   p.server->publish_head(64);
   EXPECT_TRUE(readable(p.client->wait_fd()));
-  // Woken by something else (rung: false): the ring stays for a later sleep.
+  // Woken by something else (rung: false), or the ring landed after the
+  // sleeper looked: the peer counted it, so the last sleeper out drains it.
   p.client->finish_sleep(Link::kWaitAny, false);
-  EXPECT_TRUE(readable(p.client->wait_fd()));
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "a counted ring stayed queued";
+  // A datagram the peer did not count (a flood) is drained when seen.
+  unsigned char one = 1;
+  ASSERT_EQ(write(p.server->wait_fd(), &one, 1), 1);
+  p.client->prepare_sleep(Link::kWaitData);
+  p.client->finish_sleep(Link::kWaitData, false);
+  EXPECT_TRUE(readable(p.client->wait_fd())) << "not rung, not counted: left for a later sleep";
   p.client->prepare_sleep(Link::kWaitData);
   p.client->finish_sleep(Link::kWaitData, true);
   EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// A sleep is rung once, however often the peer publishes meanwhile: a
+// datagram per publish would only fill the queue.
+TEST(Doorbell, OneRingPerSleep) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);
+  for (uint64_t t = 64; t <= 640; t += 64) p.server->publish_tail(t);
+  unsigned char buf[16];
+  EXPECT_EQ(read(p.client->wait_fd(), buf, sizeof buf), 1);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "rung more than once for one sleep";
+  p.client->finish_sleep(Link::kWaitData, false);
+  p.client->prepare_sleep(Link::kWaitData);  // a new sleep is rung again
+  p.server->publish_tail(704);
+  EXPECT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// Issue 12: the peer writes our side of the segment. Scribbling our
+// sleeper word must not stop us draining (a doorbell left readable would
+// make every later wait return at once: a spin).
+TEST(Doorbell, PeerScribbledSleeperWordStillDrains) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);
+  p.header().side[shm::kClient].sleepers.store(~uint64_t{0});  // the peer lies about our sleepers
+  p.header().side[shm::kServer].rings.store(uint64_t{1} << 62);  // and about its rings
+  p.server->publish_tail(64);
+  ASSERT_TRUE(readable(p.client->wait_fd()));
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "our drain depended on a word the peer can write";
+}
+
+// Issue 12: a peer that never drains its doorbell and keeps announcing new
+// sleeps cannot make our rings block: the queue fills, the writes fail.
+TEST(Doorbell, PeerThatNeverDrainsCannotBlockUs) {
+  Pair p;
+  int peer_bell = p.client->wait_fd();
+  fcntl(peer_bell, F_SETFL, fcntl(peer_bell, F_GETFL) & ~O_NONBLOCK);  // the peer's own end: blocking
+  auto& word = p.header().side[shm::kClient].sleepers;
+  uint64_t t0 = now_ns();
+  for (uint64_t i = 1; i <= 20000; ++i) {
+    word.store((i << 32) | 0x10001);  // a new sleep each time, waiting for everything
+    p.server->publish_tail(i * 64);
+    p.server->publish_head(0);
+  }
+  EXPECT_LT(now_ns() - t0, 5'000'000'000ull) << "the rings were slow";
+  EXPECT_TRUE(readable(peer_bell));
+}
+
+// Issue 12: our own positions (readiness compares them with the peer's,
+// a forked sibling resyncs from them) are not the segment's copy, which
+// the peer can rewrite.
+TEST(Doorbell, OwnCursorsAreNotThePeers) {
+  Pair p;
+  p.client->publish_head(64);
+  p.client->publish_tail(128);
+  auto& side = p.header().side[shm::kClient];
+  side.consumed.value.store(64 + 1000);
+  side.produced.value.store(7);
+  side.produced.map.store(~uint64_t{0});
+  EXPECT_EQ(p.client->own_head(), 64u);
+  EXPECT_EQ(p.client->own_tail(), 128u);
+  EXPECT_EQ(p.client->own_map(), 0u);
 }
 
 // One wait that spins until the budget runs out (nothing comes).
