@@ -7,6 +7,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/misc.h"
 
@@ -60,7 +61,7 @@ bool attach_nonce_filter(int fd, const unsigned char (&nonce)[kNonceBytes]) {
   code[n++] = BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);
   code[n++] = BPF_STMT(BPF_RET | BPF_K, 0);
   sock_fprog prog{static_cast<unsigned short>(n), code};
-  return sys::real().setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
+  return !RDMASHIM_FAULT(kRendezvousFilter) && sys::real().setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
 }
 
 }  // namespace
@@ -68,15 +69,15 @@ bool attach_nonce_filter(int fd, const unsigned char (&nonce)[kNonceBytes]) {
 UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]) {
   if (!random_bytes(name, sizeof name)) return UniqueFd();
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(RDMASHIM_FAULT(kRendezvousSocket) ? -1 : sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fd;
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
   int on = 1;
   // The filter first: nothing may be queued before it is in place.
   if (!attach_nonce_filter(fd.get(), nonce) ||
-      sys.setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
-      sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      RDMASHIM_FAULT(kRendezvousPasscred) || sys.setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
+      RDMASHIM_FAULT(kRendezvousBind) || sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return UniqueFd();
   }
   return fd;
@@ -85,7 +86,7 @@ UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char 
 int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes],
                      const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds]) {
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(RDMASHIM_FAULT(kHandoffSocket) ? -1 : sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) {
     int err = -errno;
     RDMASHIM_DEBUG("shm handover: socket failed: %s", strerror(-err));
@@ -106,7 +107,7 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   memcpy(CMSG_DATA(c), fds, sizeof(int) * kHandoffFds);
   // Never blocks: filtered datagrams are dropped before the receiver's queue
   // (max_dgram_qlen) is counted, so EAGAIN needs a flood that bears the nonce.
-  ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ssize_t n = RDMASHIM_FAULT(kHandoffSend) ? -1 : sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(sizeof h.payload)) {
     int err = n < 0 ? -errno : -EIO;
     RDMASHIM_DEBUG("shm handover: sendmsg to the client's rendezvous failed: %s", strerror(-err));
@@ -123,7 +124,7 @@ int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
   // sent by someone who could read our TCP stream. A few are plenty.
   for (int attempt = 0; attempt < 4; ++attempt) {
     Handoff h;
-    ssize_t n = sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = RDMASHIM_FAULT(kHandoffRecv) ? -1 : sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? result : -errno;
     UniqueFd got[kHandoffFds];
     int count = 0;
