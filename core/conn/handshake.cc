@@ -490,7 +490,7 @@ void Connection::adopt(std::unique_ptr<Transport> t) {
 void Connection::on_peer_plain() {
   rx_ = Rx::kRaw;
   if (tx_ == Tx::kFramed) tx_go_plain();
-  if (!settled_) settle(stats::Outcome::kTcpSetupFailed);
+  settle(stats::Outcome::kTcpSetupFailed, true);  // also if we had counted the peer as attached
   update_passthrough();
 }
 
