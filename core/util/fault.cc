@@ -54,6 +54,7 @@ bool configure(const char* text) {
     p = *end ? end + 1 : end;
   }
   memcpy(g_armed, armed, sizeof armed);
+  for (auto& r : g_runs) r.store(0, std::memory_order_relaxed);
   return true;
 }
 
