@@ -10,12 +10,15 @@
 # usage: faults.sh none
 #        faults.sh client|server STEP CLIENT_OUTCOME SERVER_OUTCOME
 # env:   RDMASHIM_BUILD (the build folder), FAULT_BYTES (default 1 MiB + 7),
-#        FAULT_PROTOCOL (matrix_peer --protocol, default client-first)
+#        FAULT_PROTOCOL (matrix_peer --protocol, default client-first),
+#        FAULT_HOST (the address, default 127.0.0.1), FAULT_UPGRADED (what
+#        `none` must give, default shm; verbs in tests/softroce/guest/faults.sh)
 set -euo pipefail
 
-side=$1 step=${2:-} want_client=${3:-shm} want_server=${4:-shm}
+upgraded=${FAULT_UPGRADED:-shm}
+side=$1 step=${2:-} want_client=${3:-$upgraded} want_server=${4:-$upgraded}
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
-bytes=${FAULT_BYTES:-1048583} protocol=${FAULT_PROTOCOL:-client-first}
+bytes=${FAULT_BYTES:-1048583} protocol=${FAULT_PROTOCOL:-client-first} host=${FAULT_HOST:-127.0.0.1}
 peer="$build/bin/matrix_peer"
 work=$(mktemp -d)
 trap 'kill "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
@@ -29,12 +32,12 @@ case $side in
 esac
 
 start=$(date +%s%N)
-env "${server_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" server --port-file "$work/port" \
+env "${server_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" server --bind "$host" --port-file "$work/port" \
   --protocol "$protocol" --bytes "$bytes" >"$work/server.json" 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 200); do [ -s "$work/port" ] && break; sleep 0.05; done
 [ -s "$work/port" ] || { echo "FAIL: server did not start"; cat "$work/server.log"; exit 1; }
-env "${client_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" client --port "$(cat "$work/port")" \
+env "${client_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" client --host "$host" --port "$(cat "$work/port")" \
   --protocol "$protocol" --bytes "$bytes" >"$work/client.json" 2>"$work/client.log" || {
   echo "FAIL: client exited with $?"; cat "$work/client.log" "$work/server.log"; exit 1; }
 wait "$server_pid" || { echo "FAIL: server exited with $?"; cat "$work/server.log"; exit 1; }
@@ -64,7 +67,7 @@ check "server->client sha256" "$(field server sent_sha256)" "$(field client rece
 # above). server-first makes the client read the Ack first: exact there.
 allow_server=$want_server
 [ "$protocol" = client-first ] && [ "$side" = client ] && [ "$want_server" = tcp:setup-failed ] &&
-  allow_server="tcp:setup-failed shm"
+  allow_server="tcp:setup-failed $upgraded"
 
 # The last report of each side's one connection (a server that counted an
 # upgrade reports again when the client says it could not attach).
