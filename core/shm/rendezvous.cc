@@ -67,7 +67,7 @@ bool attach_nonce_filter(int fd, const unsigned char (&nonce)[kNonceBytes]) {
 }  // namespace
 
 UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]) {
-  if (!random_bytes(name, sizeof name)) return UniqueFd();
+  if (RDMASHIM_FAULT(kRandom) || !random_bytes(name, sizeof name)) return UniqueFd();
   const auto& sys = sys::real();
   UniqueFd fd(RDMASHIM_FAULT(kRendezvousSocket) ? -1 : sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fd;

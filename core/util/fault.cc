@@ -18,7 +18,7 @@ std::atomic<uint32_t> g_runs[kStepCount];
 
 const char* step_name(Step s) {
   static const char* const kNames[kStepCount] = {
-      "advertise",          "probe-socket",    "probe-connect",    "sockdiag",
+      "advertise",          "probe-socket",    "probe-connect",    "sockdiag",           "random",
       "rendezvous-socket",  "rendezvous-filter", "rendezvous-passcred", "rendezvous-bind",
       "memfd",              "eventfd",         "ftruncate",        "seals",
       "mmap",               "handoff-socket",  "handoff-send",     "handoff-recv",

@@ -26,6 +26,7 @@ enum Step : uint8_t {
   kProbeSocket,     // client: the socket that looks for an advertisement
   kProbeConnect,    // client: connect() to the advertisement's name
   kSockdiag,        // either: the NETLINK_SOCK_DIAG socket (owner checks)
+  kRandom,          // getrandom: the client's nonce (1st run) and rendezvous name (2nd), the server's token
   // Client: the rendezvous socket (core/shm/rendezvous.cc).
   kRendezvousSocket,
   kRendezvousFilter,    // SO_ATTACH_FILTER
