@@ -12,7 +12,9 @@
 # env:   RDMASHIM_BUILD (the build folder), FAULT_BYTES (default 1 MiB + 7),
 #        FAULT_PROTOCOL (matrix_peer --protocol, default client-first),
 #        FAULT_HOST (the address, default 127.0.0.1), FAULT_UPGRADED (what
-#        `none` must give, default shm; verbs in tests/softroce/guest/faults.sh)
+#        `none` must give, default shm; verbs in tests/softroce/guest/faults.sh),
+#        FAULT_LIMIT_S (setup timeout and bound on a run, default 10; each
+#        process is killed after 3x that)
 set -euo pipefail
 
 upgraded=${FAULT_UPGRADED:-shm}
@@ -31,13 +33,17 @@ case $side in
   *) echo "usage: faults.sh none | client|server STEP CLIENT_OUTCOME SERVER_OUTCOME"; exit 2 ;;
 esac
 
+# A long setup timeout: a fallback that waited for it (instead of failing
+# at once) is caught by the elapsed time below.
+limit_s=${FAULT_LIMIT_S:-10}
+export RDMASHIM_SETUP_TIMEOUT_MS=$((limit_s * 1000))
 start=$(date +%s%N)
-env "${server_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" server --bind "$host" --port-file "$work/port" \
+env "${server_env[@]}" timeout $((3 * limit_s)) "$build/bin/rdmashim" run --log info -- "$peer" server --bind "$host" --port-file "$work/port" \
   --protocol "$protocol" --bytes "$bytes" >"$work/server.json" 2>"$work/server.log" &
 server_pid=$!
 for _ in $(seq 200); do [ -s "$work/port" ] && break; sleep 0.05; done
 [ -s "$work/port" ] || { echo "FAIL: server did not start"; cat "$work/server.log"; exit 1; }
-env "${client_env[@]}" timeout 30 "$build/bin/rdmashim" run --log info -- "$peer" client --host "$host" --port "$(cat "$work/port")" \
+env "${client_env[@]}" timeout $((3 * limit_s)) "$build/bin/rdmashim" run --log info -- "$peer" client --host "$host" --port "$(cat "$work/port")" \
   --protocol "$protocol" --bytes "$bytes" >"$work/client.json" 2>"$work/client.log" || {
   echo "FAIL: client exited with $?"; cat "$work/client.log" "$work/server.log"; exit 1; }
 wait "$server_pid" || { echo "FAIL: server exited with $?"; cat "$work/server.log"; exit 1; }
@@ -82,6 +88,7 @@ if [ "$side" != none ]; then
   grep -q "info: test fault: ${step%%:*} made to fail" "$work/$side.log" || {
     echo "FAIL: the $side never reached the fault point '$step'"; fail=1; }
 fi
+[ "$elapsed_ms" -lt $((limit_s * 1000)) ] || { echo "FAIL: took ${elapsed_ms} ms: something waited for the setup timeout"; fail=1; }
 ! grep -q 'rdmashim\[[0-9]*\] warn' "$work/client.log" "$work/server.log" || { echo "FAIL: rdmashim warned"; fail=1; }
 
 if [ "$fail" -ne 0 ]; then

@@ -12,7 +12,7 @@ source "$(dirname "$(readlink -f "$0")")/common.sh"
 
 export RDMASHIM_TRANSPORT=verbs FAULT_UPGRADED=verbs FAULT_PROTOCOL=server-first
 export FAULT_HOST=$RDMASHIM_VM_SELF # the eth0 address: the one rxe0's RoCEv2 GID carries
-export RDMASHIM_BUILD=$STAGE_DIR
+export RDMASHIM_BUILD=$STAGE_DIR FAULT_LIMIT_S=40 # TCG is slow
 cd /tmp || exit 1
 
 run() { # NAME ARGS...
