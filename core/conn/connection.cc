@@ -74,13 +74,16 @@ std::unique_ptr<Connection> Connection::make_server(int fd) {
 
 const char* Connection::transport_name() const { return stats::name(outcome_); }
 
-void Connection::settle(stats::Outcome o) {
-  if (settled_) return;
-  settled_ = true;
+void Connection::settle(stats::Outcome o, bool correct) {
+  bool upgraded = outcome_ == stats::Outcome::kShm || outcome_ == stats::Outcome::kVerbs;
+  if (settled_ && !(correct && upgraded)) return;
   announce_.reset();  // a server waiting for our Hello has it, or need not wait
-  outcome_ = o;
+  if (settled_) stats::uncount(outcome_);
   stats::count(o);
-  stat_row_.open(fd(), o, role_ == Role::kServer, ring_ ? ring_->link().ring_size() : 0);
+  if (settled_) stat_row_.set_outcome(o);
+  else stat_row_.open(fd(), o, role_ == Role::kServer, ring_ ? ring_->link().ring_size() : 0);
+  settled_ = true;
+  outcome_ = o;
   RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
 }
 

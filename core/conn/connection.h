@@ -278,7 +278,10 @@ class Connection {
   bool cacheable() const;
   void options_shared_changed();
   int64_t deadline(int optname) const;
-  void settle(stats::Outcome o);
+  // Records how the connection ended up (once). `correct`: a server that
+  // counted an upgrade learns (the client's Plain) that the client could not
+  // attach; the outcome becomes `o` and is reported again.
+  void settle(stats::Outcome o, bool correct = false);
   void update_passthrough();  // both locks held
   short consume_setup_bytes(short kernel);
   void flush_tx();

@@ -22,6 +22,7 @@
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fault.h"
 #include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -60,7 +61,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
   }
-  bool have_nonce = random_bytes(c->nonce_, sizeof c->nonce_);
+  bool have_nonce = !RDMASHIM_FAULT(kRandom) && random_bytes(c->nonce_, sizeof c->nonce_);
   // The descriptors must later come from the user that owns the server's
   // end of this connection: asked now, while that end surely exists.
   bool budget = false;  // no room for our descriptors
@@ -383,11 +384,11 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: verbs setup failed: %s", fd(), strerror(-err));
     }
   }
-  if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs &&
-      random_bytes(ack.token, sizeof ack.token)) {
-    int err = 0;
+  if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs) {
+    int err = -EIO;  // no token (getrandom failed): a setup failure too, not policy
     size_t ring = tcp_equivalent_ring_size(fd_);
-    auto t = shm::ShmTransport::offer(ring, hello.rendezvous, hello.nonce, ack.token, &err);
+    auto t = !RDMASHIM_FAULT(kRandom) && random_bytes(ack.token, sizeof ack.token)
+                 ? shm::ShmTransport::offer(ring, hello.rendezvous, hello.nonce, ack.token, &err) : nullptr;
     if (t) {
       ack.transport = wire::kTransportShm;
       ack.ring_size = static_cast<uint32_t>(ring);
@@ -521,7 +522,7 @@ void Connection::adopt(std::unique_ptr<Transport> t) {
 void Connection::on_peer_plain() {
   rx_ = Rx::kRaw;
   if (tx_ == Tx::kFramed) tx_go_plain();
-  if (!settled_) settle(stats::Outcome::kTcpSetupFailed);
+  settle(stats::Outcome::kTcpSetupFailed, true);  // also if we had counted the peer as attached
   update_passthrough();
 }
 

@@ -18,6 +18,7 @@
 #include "sys/sys.h"
 #include "util/fd_budget.h"
 #include "util/config.h"
+#include "util/fault.h"
 #include "util/log.h"
 
 namespace rdmashim::discovery {
@@ -35,7 +36,7 @@ socklen_t entry_name(int family, const unsigned char* addr, uint16_t port, socka
 bool entry_exists(int probe, int family, const unsigned char* addr, uint16_t port) {
   sockaddr_un name;
   socklen_t len = entry_name(family, addr, port, &name);
-  return sys::real().connect(probe, reinterpret_cast<sockaddr*>(&name), len) == 0;
+  return !RDMASHIM_FAULT(kProbeConnect) && sys::real().connect(probe, reinterpret_cast<sockaddr*>(&name), len) == 0;
 }
 
 // A client's announcement: "the socket with this inode will send a Hello".
@@ -133,7 +134,7 @@ UniqueFd advertise(const sockaddr* local, socklen_t len) {
   UniqueFd fd(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_un name;
   socklen_t n = entry_name(e.family, e.addr, e.port, &name);
-  if (fd && sys::real().bind(fd.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) fd.reset();
+  if (fd && (RDMASHIM_FAULT(kAdvertise) || sys::real().bind(fd.get(), reinterpret_cast<sockaddr*>(&name), n) != 0)) fd.reset();
   if (fd) fds::keep(fd);  // long-lived: out of the program's numbers (or not kept)
   errno = saved;
   return fd;
@@ -181,7 +182,7 @@ bool peer_advertised(const sockaddr* peer, socklen_t len) {
     case PeerRule::kDiscover: break;
   }
   int saved = errno;
-  UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  UniqueFd probe(RDMASHIM_FAULT(kProbeSocket) ? -1 : sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   bool found = false;
   if (probe) {
     static const unsigned char kAny[16] = {};

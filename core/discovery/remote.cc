@@ -17,6 +17,7 @@
 #include "discovery/registry.h"
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/thread.h"
@@ -57,7 +58,7 @@ void* answer_loop(void*) {
 
 bool start_answering() {
   if (g_thread_started) return true;
-  if (!g_channel) g_channel = rdmacm()->create_event_channel();
+  if (!g_channel) g_channel = RDMASHIM_FAULT(kCmChannel) ? nullptr : rdmacm()->create_event_channel();
   if (!g_channel) return false;
   sys::real().fcntl(g_channel->fd, F_SETFD, FD_CLOEXEC);
   g_thread_started = start_background_thread(answer_loop, nullptr);
@@ -106,22 +107,22 @@ bool ask(const sockaddr* peer) {
   const verbs::RdmaCmApi* api = rdmacm();
   uint32_t timeout_ms = std::min<uint32_t>(config().setup_timeout_ms, 1000);
   uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
-  rdma_event_channel* ch = api->create_event_channel();
+  rdma_event_channel* ch = RDMASHIM_FAULT(kCmChannel) ? nullptr : api->create_event_channel();
   if (!ch) return false;
   sys::real().fcntl(ch->fd, F_SETFL, sys::real().fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
   sys::real().fcntl(ch->fd, F_SETFD, FD_CLOEXEC);
   rdma_cm_id* id = nullptr;
   bool yes = false;
-  if (api->create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0) {
-    if (api->resolve_addr(id, nullptr, const_cast<sockaddr*>(peer), static_cast<int>(timeout_ms)) == 0 &&
+  if (!RDMASHIM_FAULT(kCmId) && api->create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0) {
+    if (!RDMASHIM_FAULT(kCmResolveAddr) && api->resolve_addr(id, nullptr, const_cast<sockaddr*>(peer), static_cast<int>(timeout_ms)) == 0 &&
         next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ADDR_RESOLVED &&
-        api->resolve_route(id, static_cast<int>(timeout_ms)) == 0 &&
+        !RDMASHIM_FAULT(kCmResolveRoute) && api->resolve_route(id, static_cast<int>(timeout_ms)) == 0 &&
         next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ROUTE_RESOLVED) {
       rdma_conn_param p{};
       p.private_data = kAsk;
       p.private_data_len = sizeof kAsk;
       p.qp_num = 1;  // no QP: the answer is a reject, nothing is ever connected
-      if (api->connect(id, &p) == 0) {
+      if (!RDMASHIM_FAULT(kCmConnect) && api->connect(id, &p) == 0) {
         bool ours = false;
         (void)next_event(api, ch, deadline, &ours);
         yes = ours;
@@ -149,10 +150,11 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   std::lock_guard<std::mutex> lock(g_mu);
   if (!start_answering()) return nullptr;
   rdma_cm_id* id = nullptr;
-  if (rdmacm()->create_id(g_channel, &id, nullptr, RDMA_PS_TCP) != 0) return nullptr;
+  if (RDMASHIM_FAULT(kCmId) || rdmacm()->create_id(g_channel, &id, nullptr, RDMA_PS_TCP) != 0) return nullptr;
   sockaddr_storage addr{};
   memcpy(&addr, local, std::min<size_t>(len, sizeof addr));
-  if (rdmacm()->bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 || rdmacm()->listen(id, 64) != 0) {
+  if (RDMASHIM_FAULT(kCmBind) || rdmacm()->bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 ||
+      RDMASHIM_FAULT(kCmListen) || rdmacm()->listen(id, 64) != 0) {
     RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
     rdmacm()->destroy_id(id);
     return nullptr;

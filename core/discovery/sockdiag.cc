@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "sys/sys.h"
+#include "util/fault.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim::discovery {
@@ -18,7 +19,7 @@ namespace {
 
 }  // namespace
 
-Diag::Diag() : nl_(sys::real().socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
+Diag::Diag() : nl_(RDMASHIM_FAULT(kSockdiag) ? -1 : sys::real().socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
 
 // Sends one request and copies the first answer into `reply`. Returns the
 // answer's payload length, or -1 (no such socket, or the query failed).

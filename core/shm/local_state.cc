@@ -9,6 +9,7 @@
 #include <new>
 
 #include "shm/segment.h"
+#include "util/fault.h"
 #include "util/fd_budget.h"
 
 namespace rdmashim::shm {
@@ -29,7 +30,7 @@ std::unique_ptr<LocalPage> LocalPage::create(int* err) {
     *err = -ENOMEM;
     return nullptr;
   }
-  p->fd_.reset(memfd_create("rdmashim-local", MFD_CLOEXEC));
+  p->fd_.reset(RDMASHIM_FAULT(kLocalPage) ? -1 : memfd_create("rdmashim-local", MFD_CLOEXEC));
   if (p->fd_ && !fds::keep(p->fd_)) {  // out of the program's numbers, or no room
     *err = -EMFILE;
     return nullptr;

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstring>
 
+#include "util/fault.h"
 #include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -65,23 +66,23 @@ bool attach_nonce_filter(int fd, const unsigned char (&nonce)[kNonceBytes]) {
   code[n++] = BPF_STMT(BPF_RET | BPF_K, 0xFFFFFFFFu);
   code[n++] = BPF_STMT(BPF_RET | BPF_K, 0);
   sock_fprog prog{static_cast<unsigned short>(n), code};
-  return sys::real().setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
+  return !RDMASHIM_FAULT(kRendezvousFilter) && sys::real().setsockopt(fd, SOL_SOCKET, SO_ATTACH_FILTER, &prog, sizeof prog) == 0;
 }
 
 }  // namespace
 
 UniqueFd open_rendezvous(unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]) {
-  if (!random_bytes(name, sizeof name)) return UniqueFd();
+  if (RDMASHIM_FAULT(kRandom) || !random_bytes(name, sizeof name)) return UniqueFd();
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(RDMASHIM_FAULT(kRendezvousSocket) ? -1 : sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   if (!fd) return fd;
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
   int on = 1;
   // The filter first: nothing may be queued before it is in place.
   if (!attach_nonce_filter(fd.get(), nonce) ||
-      sys.setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
-      sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
+      RDMASHIM_FAULT(kRendezvousPasscred) || sys.setsockopt(fd.get(), SOL_SOCKET, SO_PASSCRED, &on, sizeof on) != 0 ||
+      RDMASHIM_FAULT(kRendezvousBind) || sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0) {
     return UniqueFd();
   }
   return fd;
@@ -91,7 +92,7 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
                      const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds],
                      UniqueFd* doorbell) {
   const auto& sys = sys::real();
-  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  UniqueFd fd(RDMASHIM_FAULT(kHandoffSocket) ? -1 : sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
   sockaddr_un addr;
   socklen_t len = make_address(name, &addr);
   // Bound (an autobind name) so the client can connect back; connected, so
@@ -100,7 +101,9 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   // Long-lived (it becomes our doorbell): out of the program's numbers.
   if (fd && !rdmashim::fds::keep(fd)) errno = EMFILE;
   const char* step = !fd ? "socket (or moving it out of the program's way)"
-                     : sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&unnamed), sizeof unnamed) != 0 ? "bind"
+                     : RDMASHIM_FAULT(kHandoffConnect) ||
+                             sys.bind(fd.get(), reinterpret_cast<sockaddr*>(&unnamed), sizeof unnamed) != 0
+                         ? "bind"
                      : sys.connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), len) != 0            ? "connect"
                                                                                                        : nullptr;
   if (step) {
@@ -121,7 +124,7 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   memcpy(CMSG_DATA(c), fds, sizeof(int) * kHandoffFds);
   // Never blocks: filtered datagrams are dropped before the receiver's queue
   // (max_dgram_qlen) is counted, so EAGAIN needs a flood that bears the nonce.
-  ssize_t n = sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
+  ssize_t n = RDMASHIM_FAULT(kHandoffSend) ? -1 : sys.sendmsg(fd.get(), &h.msg, MSG_NOSIGNAL | MSG_DONTWAIT);
   if (n != static_cast<ssize_t>(sizeof h.payload)) {
     int err = n < 0 ? -errno : -EIO;
     RDMASHIM_DEBUG("shm handover: sendmsg to the client's rendezvous failed: %s", strerror(-err));
@@ -142,7 +145,7 @@ int connect_doorbell(int socket, const Handoff& h) {
   if (len <= offsetof(sockaddr_un, sun_path) || len > sizeof h.from || h.from.sun_family != AF_UNIX) return -EPROTO;
   int off = 0, unused = 0;
   sys.setsockopt(socket, SOL_SOCKET, SO_PASSCRED, &off, sizeof off);
-  if (sys.connect(socket, reinterpret_cast<const sockaddr*>(&h.from), len) != 0) {
+  if (RDMASHIM_FAULT(kDoorbellConnect) || sys.connect(socket, reinterpret_cast<const sockaddr*>(&h.from), len) != 0) {
     // The server already closed its end (a banner and close): nothing will
     // ring us, and the filter keeps everyone else out.
     return errno == ECONNREFUSED ? 0 : -errno;
@@ -161,7 +164,7 @@ int receive_descriptors(int socket, const unsigned char (&nonce)[kNonceBytes],
   // sent by someone who could read our TCP stream. A few are plenty.
   for (int attempt = 0; attempt < 4; ++attempt) {
     Handoff h;
-    ssize_t n = sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    ssize_t n = RDMASHIM_FAULT(kHandoffRecv) ? -1 : sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
     if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? result : -errno;
     UniqueFd got[kHandoffFds];
     int count = 0;

@@ -12,6 +12,7 @@
 #include <new>
 
 #include "sys/sys.h"
+#include "util/fault.h"
 #include "util/fd_budget.h"
 #include "util/log.h"
 
@@ -30,15 +31,15 @@ std::unique_ptr<Segment> Segment::create(size_t ring_size, int* err) {
   }
   s->ring_size_ = ring_size;
   size_t bytes = segment_bytes(ring_size);
-  s->memfd_.reset(memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
+  s->memfd_.reset(RDMASHIM_FAULT(kMemfd) ? -1 : memfd_create("rdmashim-ring", MFD_CLOEXEC | MFD_ALLOW_SEALING));
   void* base = MAP_FAILED;
   const char* step = nullptr;  // which call failed, for the debug line
   // Sealed so the peer can never shrink it under us (which would SIGBUS us).
   if (!s->memfd_) step = "memfd_create";
   else if (!s->keep_memfd()) step = "moving the memfd out of the program's way";
-  else if (ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
-  else if (sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
-  else if ((base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
+  else if (RDMASHIM_FAULT(kFtruncate) || ftruncate(s->memfd_.get(), static_cast<off_t>(bytes)) != 0) step = "ftruncate";
+  else if (RDMASHIM_FAULT(kSeals) || sys::real().fcntl(s->memfd_.get(), F_ADD_SEALS, kRequiredSeals) != 0) step = "F_ADD_SEALS";
+  else if (RDMASHIM_FAULT(kMmap) || (base = mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)) == MAP_FAILED)
     step = "mmap";
   if (step) {
     *err = -(errno ? errno : EIO);
@@ -69,16 +70,18 @@ std::unique_ptr<Segment> Segment::attach(UniqueFd memfd, size_t ring_size, int* 
   }
   struct stat st{};
   int seals = sys::real().fcntl(s->memfd_.get(), F_GET_SEALS);
-  bool ok = fstat(s->memfd_.get(), &st) == 0 && S_ISREG(st.st_mode) &&
-            static_cast<size_t>(st.st_size) == bytes && seals >= 0 &&
+  bool ok = !RDMASHIM_FAULT(kAttachStat) && fstat(s->memfd_.get(), &st) == 0 && S_ISREG(st.st_mode) &&
+            static_cast<size_t>(st.st_size) == bytes && seals >= 0 && !RDMASHIM_FAULT(kAttachSeals) &&
             (static_cast<unsigned>(seals) & kRequiredSeals) == kRequiredSeals;
-  void* base = ok ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0) : MAP_FAILED;
+  void* base = ok && !RDMASHIM_FAULT(kAttachMmap)
+                   ? mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, s->memfd_.get(), 0)
+                   : MAP_FAILED;
   if (base == MAP_FAILED) {
     *err = ok ? -errno : -EPROTO;
     return nullptr;
   }
   s->header_ = static_cast<SegmentHeader*>(base);
-  if (s->header_->magic != kSegmentMagic || s->header_->version != kSegmentVersion ||
+  if (RDMASHIM_FAULT(kAttachHeader) || s->header_->magic != kSegmentMagic || s->header_->version != kSegmentVersion ||
       s->header_->ring_size != ring_size) {
     *err = -EPROTO;
     return nullptr;

@@ -6,6 +6,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/schedule.h"
 
@@ -75,6 +76,11 @@ void load() {
     else RDMASHIM_WARN("ignoring RDMASHIM_TEST_SCHEDULE=%s (expected a decimal seed)", t);
   }
   sched::g_state.store(c.test_schedule_on ? sched::kOn : sched::kOff, std::memory_order_relaxed);
+  if (const char* t = getenv("RDMASHIM_TEST_FAULT"); t && *t) {
+    if (fault::configure(t)) c.test_fault_on = true;
+    else RDMASHIM_WARN("ignoring RDMASHIM_TEST_FAULT=%s (expected STEP[:N],...; steps in util/fault.h)", t);
+  }
+  fault::g_state.store(c.test_fault_on ? fault::kOn : fault::kOff, std::memory_order_relaxed);
 }
 
 }  // namespace

@@ -44,6 +44,9 @@ struct Config {
   // steps marked in util/schedule.h (tests/interleave). Any value turns it on.
   bool test_schedule_on = false;
   uint64_t test_schedule = 0;
+  // RDMASHIM_TEST_FAULT=<step>[:<nth>],...: test only; makes the named setup
+  // steps fail (util/fault.h). Parsed and applied by fault::configure.
+  bool test_fault_on = false;
   // RDMASHIM_LOG_FILE is applied to the logger directly (log::set_file).
 };
 

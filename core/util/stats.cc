@@ -89,6 +89,14 @@ void count(Outcome o) {
   if (p) p->count_of(i).fetch_add(1, std::memory_order_relaxed);
 }
 
+void uncount(Outcome o) {
+  int i = static_cast<int>(o);
+  // Not below 0: a child after fork starts its counts anew (after_fork_child).
+  if (g_local[i].load(std::memory_order_relaxed) == 0) return;
+  g_local[i].fetch_sub(1, std::memory_order_relaxed);
+  if (Page* p = g_page.load(std::memory_order_relaxed)) p->counts[i].fetch_sub(1, std::memory_order_relaxed);
+}
+
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }
 
 void after_fork_child() {

@@ -109,6 +109,7 @@ static_assert(kOutcomes <= kV2Outcomes + 8);
 
 const char* name(Outcome o);
 void count(Outcome o);
+void uncount(Outcome o);  // a connection counted as `o` turned out otherwise
 uint64_t get(Outcome o);
 // In a child after fork(): the inherited page is the parent's; start anew
 // (rows of the connections the child inherited are kept, counters reset).
@@ -125,6 +126,10 @@ class Row {
   // fd: addresses and inode are read from it now (once, at setup).
   void open(int fd, Outcome o, bool server, uint64_t ring_bytes);
   void close();
+  // A connection counted as upgraded whose peer could not attach: now on TCP.
+  void set_outcome(Outcome o) {
+    if (slot_) slot_->outcome = static_cast<int32_t>(o), slot_->ring_bytes = 0;
+  }
   Slot* row() const { return slot_; }
   // The data path: relaxed adds to our own row (to the Row itself before
   // open(): what moved during the handshake is carried over). A load and a

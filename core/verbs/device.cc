@@ -20,6 +20,7 @@
 
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fault.h"
 #include "util/log.h"
 #include "util/thread.h"
 #include "verbs/ibv_api.h"
@@ -102,7 +103,7 @@ Device* Device::open_first(int* err) {
     return nullptr;
   }
   int n = 0;
-  ibv_device** list = api->get_device_list(&n);
+  ibv_device** list = RDMASHIM_FAULT(kIbvDevices) ? nullptr : api->get_device_list(&n);
   if (!list) {
     *err = -ENODEV;
     return nullptr;
@@ -112,7 +113,7 @@ Device* Device::open_first(int* err) {
   for (int i = 0; d && i < n && !d->ctx_; ++i) {
     const char* name = api->get_device_name(list[i]);
     if (wanted && *wanted && strcmp(name, wanted) != 0) continue;
-    ibv_context* ctx = api->open_device(list[i]);
+    ibv_context* ctx = RDMASHIM_FAULT(kIbvOpen) ? nullptr : api->open_device(list[i]);
     if (!ctx) continue;
     ibv_device_attr dattr{};
     api->query_device(ctx, &dattr);
@@ -131,7 +132,7 @@ Device* Device::open_first(int* err) {
     if (!d->ctx_) api->close_device(ctx);
   }
   api->free_device_list(list);
-  if (d && d->ctx_) d->pd_ = api->alloc_pd(d->ctx_);
+  if (d && d->ctx_) d->pd_ = RDMASHIM_FAULT(kIbvPd) ? nullptr : api->alloc_pd(d->ctx_);
   if (!d || !d->ctx_ || !d->pd_) {
     if (d && d->ctx_) api->close_device(d->ctx_);
     delete d;
@@ -169,7 +170,7 @@ std::string Device::gid_type(int index) const {
 }
 
 bool Device::gid(int index, ibv_gid* out) const {
-  return index >= 0 && index < gid_table_len_ && ibv()->query_gid(ctx_, port_, index, out) == 0;
+  return index >= 0 && index < gid_table_len_ && !RDMASHIM_FAULT(kIbvGid) && ibv()->query_gid(ctx_, port_, index, out) == 0;
 }
 
 int Device::gid_index_for(const sockaddr* local) const {
@@ -207,7 +208,7 @@ bool Device::take(size_t size, bool remote, Buffer* out) {
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (mem == MAP_FAILED) return false;
   int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
-  ibv_mr* mr = ibv()->reg_mr(pd_, mem, size, access);
+  ibv_mr* mr = RDMASHIM_FAULT(kIbvMr) ? nullptr : ibv()->reg_mr(pd_, mem, size, access);
   if (!mr) {
     munmap(mem, size);
     return false;

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "sys/sys.h"
+#include "util/fault.h"
 #include "util/misc.h"
 #include "util/thread.h"
 #include "verbs/ibv_api.h"
@@ -57,12 +58,12 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
   *err = -ENOMEM;
   if (!dev.take(ring_size, true, &l->rx_) || !dev.take(ring_size, false, &l->tx_)) return nullptr;
   *err = -EIO;
-  l->channel_ = api->create_comp_channel(dev.context());
+  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : api->create_comp_channel(dev.context());
   if (!l->channel_) return nullptr;
   // The doorbell must never block a check, and must not leak into exec'd programs.
   sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
   sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
-  l->cq_ = api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
+  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
   if (!l->cq_) return nullptr;
   ibv_qp_init_attr init{};
   init.send_cq = l->cq_;
@@ -74,10 +75,10 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   init.cap.max_inline_data = 256;
-  l->qp_ = api->create_qp(dev.pd(), &init);
+  l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
   if (!l->qp_) {
     init.cap.max_inline_data = 0;  // some providers cannot inline at all
-    l->qp_ = api->create_qp(dev.pd(), &init);
+    l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
   }
   if (!l->qp_) return nullptr;
   l->max_inline_ = init.cap.max_inline_data;
@@ -87,7 +88,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
   a.pkey_index = 0;
   a.port_num = dev.port();
   a.qp_access_flags = IBV_ACCESS_REMOTE_WRITE;
-  if (api->modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
+  if (RDMASHIM_FAULT(kIbvQpInit) || api->modify_qp(l->qp_, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS) != 0) {
     return nullptr;
   }
   l->repost_receives(kRecvDepth);
@@ -149,7 +150,7 @@ int VerbsLink::connect(const Params& peer) {
   }
   int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
+  if (RDMASHIM_FAULT(kIbvQpRtr) || api->modify_qp(qp_, &a, mask) != 0) return -errno;
   a = ibv_qp_attr{};
   a.qp_state = IBV_QPS_RTS;
   a.timeout = 14;    // 4.096 us * 2^14 = 67 ms per try
@@ -158,7 +159,7 @@ int VerbsLink::connect(const Params& peer) {
   a.sq_psn = local_.psn;
   a.max_rd_atomic = 1;
   mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-  if (api->modify_qp(qp_, &a, mask) != 0) return -errno;
+  if (RDMASHIM_FAULT(kIbvQpRts) || api->modify_qp(qp_, &a, mask) != 0) return -errno;
   connected_ = true;
   std::lock_guard<std::mutex> lock(g_links_mu);
   g_links.push_back(this);

@@ -116,6 +116,32 @@ TEST(StatsRow, FilledAtOpenCountedAndFreed) {
   EXPECT_EQ(slot->tx_bytes.load(), 150u);
 }
 
+// A server counted its connection as upgraded; the client's Plain says it
+// could not attach: the count and the row move to the TCP reason.
+TEST(StatsRow, AnUpgradeThePeerNeverAttachedIsRecountedAsTcp) {
+  auto [c, s] = tcp_pair();
+  Row row;
+  uint64_t shm = get(Outcome::kShm), failed = get(Outcome::kTcpSetupFailed);
+  count(Outcome::kShm);
+  row.open(s.get(), Outcome::kShm, true, 1 << 16);
+  ASSERT_NE(row.row(), nullptr);
+  uint32_t gen = row.row()->seq.load();
+  uncount(Outcome::kShm);
+  count(Outcome::kTcpSetupFailed);
+  row.set_outcome(Outcome::kTcpSetupFailed);
+  EXPECT_EQ(get(Outcome::kShm), shm);
+  EXPECT_EQ(get(Outcome::kTcpSetupFailed), failed + 1);
+  EXPECT_EQ(row.row()->outcome, static_cast<int>(Outcome::kTcpSetupFailed));
+  EXPECT_EQ(row.row()->ring_bytes, 0u);
+  EXPECT_EQ(row.row()->seq.load(), gen);  // still the same live row
+  Mapped m;
+  map_own_page(&m);
+  ASSERT_NE(m.page, nullptr);
+  EXPECT_EQ(m.page->counts[static_cast<int>(Outcome::kShm)].load(), shm);
+  EXPECT_EQ(m.page->counts[static_cast<int>(Outcome::kTcpSetupFailed)].load(), failed + 1);
+  row.close();
+}
+
 int live_rows(const Page* p) {
   int n = 0;
   for (const Slot& slot : p->slot) n += slot.seq.load() % 4 == 2;
