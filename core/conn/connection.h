@@ -186,6 +186,16 @@ class Connection {
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 
+  // Moves the connection off its rings back onto the TCP socket, every byte
+  // in order (downgrade.cc): our direction leaves at once if the send lock
+  // is free (else at the writer's next step), and the peer is asked to take
+  // its direction off too. `reason`: a wire::DowngradeReason. 0 when under
+  // way (or nothing is on a ring), -ENOTSUP if the peer cannot (an older
+  // rdmashim), -EBUSY while another process shares the connection (fork).
+  int downgrade(uint8_t reason);
+  // Some direction left its ring (logged as tcp:downgraded:<reason>).
+  bool downgraded() const { return down_dirs_.load(std::memory_order_relaxed) != 0; }
+
   // Both directions are raw TCP and will stay so: hooks may skip us.
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
   int fd() const { return fd_.load(std::memory_order_relaxed); }
@@ -264,6 +274,23 @@ class Connection {
   ssize_t tcp_recv(const iovec* iov, int n, int flags);
   ssize_t tcp_send(const iovec* iov, int n, int flags);
   int send_control_bytes(const void* buf, size_t len);
+
+  // Leaving the rings (downgrade.cc).
+  enum : uint8_t { kDownTx = 1, kDownAsk = 2 };  // down_want_ bits
+  enum : uint8_t { kLeftTx = 1, kLeftRx = 2 };   // down_dirs_ bits
+  void apply_tx_downgrade();                     // tx_mu_ held
+  ssize_t send_after_downgrade(const iovec* iov, int iovcnt, size_t done, int flags);  // tx_mu_ held
+  void on_peer_downgrade(const wire::Downgrade& d);  // rx_mu_ held
+  bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
+  bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }
+  void left_ring(uint8_t dir);
+  void note_reason(uint8_t reason);
+  std::atomic<bool> peer_downgrades_{false};  // both ends offered Downgrade frames (handshake)
+  std::atomic<uint8_t> down_want_{0};         // kDown* bits: our tx should leave at the next step
+  std::atomic<uint8_t> down_reason_{0};       // first reason; 0x80 set: the peer's
+  std::atomic<uint8_t> down_dirs_{0};         // kLeft* bits
+  std::atomic<bool> rx_leaving_{false};       // the peer's Downgrade read: no TCP frames follow
+  uint64_t rx_down_pos_ = 0;                  // rx_mu_: where the peer's ring stream ends
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);
