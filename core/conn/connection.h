@@ -291,6 +291,7 @@ class Connection {
   std::atomic<uint8_t> down_dirs_{0};         // kLeft* bits
   std::atomic<bool> rx_leaving_{false};       // the peer's Downgrade read: no TCP frames follow
   uint64_t rx_down_pos_ = 0;                  // rx_mu_: where the peer's ring stream ends
+  bool down_asked_ = false;                   // tx_mu_: our Ask went out
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);

@@ -67,7 +67,7 @@ void Connection::apply_tx_downgrade() {
   uint8_t r = down_reason_.load(std::memory_order_relaxed);
   wire::Downgrade d{};
   d.reason = static_cast<uint8_t>(r & 0x7f);
-  if (want & kDownAsk) d.flags |= wire::kDowngradeAsk;
+  if ((want & kDownAsk) && !down_asked_) d.flags |= wire::kDowngradeAsk;  // once is enough
   if (tx_ == Tx::kRing) {
     RDMASHIM_SCHED_POINT(kDowngradeSend);
     flush_tx();  // our ring writes land before the peer reads where they end
@@ -75,7 +75,7 @@ void Connection::apply_tx_downgrade() {
     d.flags |= wire::kDowngradeLeave;
   } else if (tx_ == Tx::kFramed) {
     tx_go_plain();  // at our next send, as any fallback
-    if (!(want & kDownAsk)) {
+    if (!(d.flags & wire::kDowngradeAsk)) {
       down_want_.store(0, std::memory_order_relaxed);
       return;
     }
@@ -87,6 +87,7 @@ void Connection::apply_tx_downgrade() {
   int s = send_control(wire::FrameType::kDowngrade, &d, sizeof d);
   if (s == -EAGAIN) return;  // no room for a single byte: the next step tries again
   down_want_.store(0, std::memory_order_relaxed);
+  if (s == 0 && (d.flags & wire::kDowngradeAsk)) down_asked_ = true;
   if (s != 0 || !(d.flags & wire::kDowngradeLeave)) return;  // a broken stream: the data path reports it
   tx_ = Tx::kRaw;
   // A new edge for an edge-triggered waiter (hooks_epoll: off the ring, a
