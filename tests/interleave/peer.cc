@@ -316,6 +316,7 @@ void run_nonblocking(Conn& c, Io io) {
         fail("%s: %s", io_name(io), strerror(errno));
       }
       if (n == 0) {
+        fail("IDLE %s want %d rx %llu tx %llu", io_name(io), want, Conn::ull(c.rx_), Conn::ull(c.tx_));
         if ((idle_ms += 1000) >= 8000) fail("no readiness for 8 s (%s, want %d)", io_name(io), want);
         continue;
       }
