@@ -86,6 +86,7 @@ std::vector<std::string> make_env(const Options& o, const Plan& p, const Side& m
     if (!strncmp(*e, "LD_PRELOAD=", 11) || !strncmp(*e, "RDMASHIM_", 9)) continue;
     env.push_back(*e);
   }
+  if (o.downgrades) env.push_back("INTERLEAVE_STRICT_IDLE=1");
   if (me.plain) return env;
   env.insert(env.end(), pass.begin(), pass.end());
   env.push_back("LD_PRELOAD=" + o.lib);
