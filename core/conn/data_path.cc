@@ -417,6 +417,11 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
     tx_ = Tx::kRaw;
     settle(stats::Outcome::kTcpServerSpokeFirst);
   }
+  if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
+  if (tx_ == Tx::kFramed) {
+    advance_tx();
+    if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
+  }
   if (RDMASHIM_UNLIKELY(down_want_.load(std::memory_order_relaxed) != 0)) {
     apply_tx_downgrade();
   } else if (sched::on() && tx_ == Tx::kRing && peer_downgrades_.load(std::memory_order_relaxed) &&
@@ -424,11 +429,6 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
     note_reason(wire::kDowngradeTest);
     down_want_.fetch_or(kDownTx | kDownAsk, std::memory_order_relaxed);
     apply_tx_downgrade();
-  }
-  if (tx_shut_.load(std::memory_order_relaxed) && tx_ == Tx::kRing) return epipe(flags);
-  if (tx_ == Tx::kFramed) {
-    advance_tx();
-    if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
   }
   if (sys::sigpipe_raised()) return -EPIPE;  // our Switch found the stream broken: so would the program's write
   switch (tx_) {
