@@ -187,11 +187,11 @@ class Connection {
   void on_fork_child();
 
   // Moves the connection off its rings back onto the TCP socket, every byte
-  // in order (downgrade.cc): our direction leaves at once if the send lock
-  // is free (else at the writer's next step), and the peer is asked to take
-  // its direction off too. `reason`: a wire::DowngradeReason. 0 when under
-  // way (or nothing is on a ring), -ENOTSUP if the peer cannot (an older
-  // rdmashim), -EBUSY while another process shares the connection (fork).
+  // in order (downgrade.cc): our direction leaves with our next send (or at
+  // once for a writer waiting for room), and asks the peer to take its
+  // direction off with its own next send. `reason`: a wire::DowngradeReason.
+  // 0 when under way (or nothing is on a ring), -ENOTSUP if the peer cannot
+  // (an older rdmashim), -EBUSY while another process shares the connection.
   int downgrade(uint8_t reason);
   // Some direction left its ring (logged as tcp:downgraded:<reason>).
   bool downgraded() const { return down_dirs_.load(std::memory_order_relaxed) != 0; }

@@ -423,9 +423,9 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
     if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
   }
   if (RDMASHIM_UNLIKELY(down_want_.load(std::memory_order_relaxed) != 0)) {
-    apply_tx_downgrade();
+    if (iov_total(iov, iovcnt) > 0) apply_tx_downgrade();  // ahead of bytes only
   } else if (sched::on() && tx_ == Tx::kRing && peer_downgrades_.load(std::memory_order_relaxed) &&
-             sched::downgrade_now()) {
+             iov_total(iov, iovcnt) > 0 && sched::downgrade_now()) {
     note_reason(wire::kDowngradeTest);
     down_want_.fetch_or(kDownTx | kDownAsk, std::memory_order_relaxed);
     apply_tx_downgrade();

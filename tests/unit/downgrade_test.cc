@@ -167,7 +167,7 @@ TEST(Downgrade, RingBytesComeBeforeTheTcpBytesAndPollFollows) {
   upgrade(*client, *server);
   ASSERT_EQ(send_all(*server, "ring-bytes", 10), 10);
   ASSERT_EQ(server->downgrade(wire::kDowngradeLimit), 0);
-  EXPECT_FALSE(server->passthrough());  // its rx waits for the client's answer
+  EXPECT_FALSE(server->downgraded());  // the Downgrade goes with the next send
   EXPECT_TRUE(app_poll(*client, POLLIN) & POLLIN);
   char buf[32];
   ASSERT_EQ(recv_some(*client, buf, sizeof buf), 10);
@@ -176,13 +176,17 @@ TEST(Downgrade, RingBytesComeBeforeTheTcpBytesAndPollFollows) {
   EXPECT_EQ(app_poll(*client, POLLIN) & POLLIN, 0);
   EXPECT_EQ(recv_some(*client, buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
   ASSERT_EQ(send_all(*server, "tcp-bytes", 9), 9);
+  EXPECT_TRUE(server->downgraded());
+  EXPECT_FALSE(server->passthrough());  // its rx waits for the client's answer
   // (Nagle may hold the small segments until the client's delayed ACK.)
   EXPECT_TRUE(eventually([&] { return (app_poll(*client, POLLIN) & POLLIN) != 0; }));
   ASSERT_EQ(recv_some(*client, buf, sizeof buf), 9);
   EXPECT_EQ(memcmp(buf, "tcp-bytes", 9), 0);
-  // The client answered the server's ask with its own direction: it is plain TCP now.
-  EXPECT_TRUE(client->passthrough());
+  // The client answers the server's ask with its next send (a Downgrade goes
+  // only ahead of data): then it is plain TCP.
+  EXPECT_FALSE(client->passthrough());
   ASSERT_EQ(send_all(*client, "answer", 6), 6);
+  EXPECT_TRUE(client->passthrough());
   ASSERT_EQ(recv_some(*server, buf, 6, MSG_WAITALL), 6);
   EXPECT_EQ(memcmp(buf, "answer", 6), 0);
   EXPECT_TRUE(server->passthrough());
@@ -191,6 +195,27 @@ TEST(Downgrade, RingBytesComeBeforeTheTcpBytesAndPollFollows) {
   ASSERT_EQ(write(t.client, "raw", 3), 3);
   ASSERT_EQ(recv(t.server, buf, 3, MSG_WAITALL), 3);
   EXPECT_EQ(memcmp(buf, "raw", 3), 0);
+}
+
+// A side that only reads never sends a frame of its own in answer to an
+// Ask: landing on the peer's socket after the peer closed, it would draw an
+// RST and the reader would lose what it had yet to read (interleave 1917).
+TEST(Downgrade, AnAskIsAnsweredOnlyAheadOfData) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  upgrade(*client, *server);
+  ASSERT_EQ(server->downgrade(wire::kDowngradeRequested), 0);
+  ASSERT_EQ(send_all(*server, "last", 4), 4);
+  ASSERT_EQ(server->shutdown(SHUT_WR), 0);
+  char buf[8];
+  ASSERT_EQ(recv_some(*client, buf, 4, MSG_WAITALL), 4);
+  ASSERT_EQ(recv_some(*client, buf, sizeof buf), 0);  // EOF, after the Ask was read
+  EXPECT_TRUE(client->downgraded());
+  usleep(20000);
+  EXPECT_EQ(recv(t.server, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT), -1);  // nothing came from the client
+  EXPECT_EQ(errno, EAGAIN);
 }
 
 // A reader blocked on the doorbell (empty ring) hears the Downgrade on the
