@@ -282,6 +282,7 @@ class Connection {
   ssize_t send_after_downgrade(const iovec* iov, int iovcnt, size_t done, int flags);  // tx_mu_ held
   void on_peer_downgrade(const wire::Downgrade& d);  // rx_mu_ held
   bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
+  void follow_sibling_downgrade();                   // rx_mu_ held
   bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }
   void left_ring(uint8_t dir);
   void note_reason(uint8_t reason);

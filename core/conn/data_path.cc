@@ -158,6 +158,7 @@ int Connection::read_frame(int flags) {
 // waiting. Returns true if anything changed (a frame, EOF, a reset).
 bool Connection::poll_control() {
   bool changed = false;
+  follow_sibling_downgrade();
   if (rx_leaving_.load(std::memory_order_relaxed)) return false;  // raw bytes follow the Downgrade
   for (;;) {
     int r = read_frame_bytes(MSG_DONTWAIT);
@@ -263,6 +264,7 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
     if (r > 0 || r == -EFAULT) return r;
     if (r < 0) return broken("ring cursor out of bounds");
+    follow_sibling_downgrade();
     if (rx_left_ring()) {  // the peer's ring stream ended here: the rest is on TCP
       side.release();
       return tcp_recv(iov, iovcnt, flags);

@@ -126,7 +126,21 @@ void Connection::on_peer_downgrade(const wire::Downgrade& d) {
   }
   rx_down_pos_ = d.position;
   rx_leaving_.store(true, std::memory_order_release);
+  transport_->mark_rx_left(d.position);  // for siblings after fork: they never see the frame
   (void)finish_rx_downgrade();
+}
+
+// rx_mu_ held, rx on the ring, before anything reads the TCP side: a sibling
+// process (fork) may have read the peer's Downgrade; the TCP bytes after it
+// are then raw, never frames. Only where the side was ever shared.
+void Connection::follow_sibling_downgrade() {
+  uint64_t pos = 0;
+  if (rx_leaving_.load(std::memory_order_relaxed) || !transport_ || !transport_->ever_shared() ||
+      !transport_->rx_left(&pos)) {
+    return;
+  }
+  rx_down_pos_ = pos;
+  rx_leaving_.store(true, std::memory_order_release);
 }
 
 // rx_mu_ held, after the peer's Downgrade: once the ring is read up to its

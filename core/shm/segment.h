@@ -62,6 +62,10 @@ struct alignas(64) SideState {
   // Set once a second process used this side: a process left alone again
   // still re-reads the cursors its siblings moved.
   std::atomic<uint32_t> ever_shared{0};
+  // The peer's Downgrade for this side's rx, read by whichever process of
+  // this side: its ring stream ends at rx_left_at - 1 (0: not left). Only
+  // this side's siblings read it (padding before: zero in older segments).
+  std::atomic<uint64_t> rx_left_at{0};
 };
 
 struct SegmentHeader {
@@ -78,6 +82,7 @@ constexpr size_t kHeaderBytes = 4096;
 static_assert(sizeof(SideState) == 192);
 static_assert(offsetof(SideState, users) == 136);
 static_assert(offsetof(SideState, options_gen) == 156);
+static_assert(offsetof(SideState, rx_left_at) == 168);
 static_assert(offsetof(SideState, ever_shared) == 160);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);

@@ -49,6 +49,14 @@ class ShmTransport final : public Transport {
     SideState& s = const_cast<ShmLink&>(link_).mine();
     return (d == Dir::kRx ? s.rx_switched : s.tx_switched).load(std::memory_order_acquire) != 0;
   }
+  void mark_rx_left(uint64_t position) override {
+    link_.mine().rx_left_at.store(position + 1, std::memory_order_release);
+  }
+  bool rx_left(uint64_t* position) const override {
+    uint64_t v = const_cast<ShmLink&>(link_).mine().rx_left_at.load(std::memory_order_acquire);
+    if (v != 0) *position = v - 1;
+    return v != 0;
+  }
   uint32_t options_generation() const override {
     return const_cast<ShmLink&>(link_).mine().options_gen.load(std::memory_order_acquire);
   }

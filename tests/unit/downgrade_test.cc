@@ -6,6 +6,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <sys/socket.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -216,6 +217,41 @@ TEST(Downgrade, AnAskIsAnsweredOnlyAheadOfData) {
   usleep(20000);
   EXPECT_EQ(recv(t.server, buf, sizeof buf, MSG_PEEK | MSG_DONTWAIT), -1);  // nothing came from the client
   EXPECT_EQ(errno, EAGAIN);
+}
+
+// After fork two processes share the client's side. The child reads the
+// peer's Downgrade (its readiness look takes the frame off the TCP side);
+// the parent, which never saw the frame, must still read the TCP bytes after
+// it as data, not as frames. Our own direction keeps its ring while shared.
+TEST(Downgrade, ForkSiblingFollowsTheDowngradeItDidNotSee) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  upgrade(*client, *server);
+  ASSERT_EQ(send_all(*server, "ring", 4), 4);
+  ASSERT_EQ(server->downgrade(wire::kDowngradeRequested), 0);
+  ASSERT_EQ(send_all(*server, "tcp-bytes", 9), 9);  // the Downgrade, then these, raw
+  pid_t pid = fork();
+  if (pid == 0) {
+    client->on_fork_child();
+    char b[4];
+    bool ok = recv_some(*client, b, 4, MSG_WAITALL) == 4 && memcmp(b, "ring", 4) == 0;
+    for (int i = 0; i < 200 && ok && !client->downgraded(); ++i) {
+      app_poll(*client, POLLIN);  // reads the Downgrade, moves the child's rx to TCP
+      usleep(5000);
+    }
+    ok = ok && client->downgraded() && client->downgrade(wire::kDowngradeRequested) == -EBUSY;
+    (void)client.release();  // the parent's; no destructor in this process
+    _exit(ok ? 0 : 1);
+  }
+  ASSERT_GT(pid, 0);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid, &st, 0), pid);
+  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  char buf[16];
+  ASSERT_EQ(recv_some(*client, buf, 9, MSG_WAITALL), 9);
+  EXPECT_EQ(memcmp(buf, "tcp-bytes", 9), 0);
 }
 
 // A reader blocked on the doorbell (empty ring) hears the Downgrade on the
