@@ -21,7 +21,8 @@
 // close), handshake.cc (Hello/Ack/Params, switching, fallback),
 // data_path.cc (recv and send), transfer.cc (recv_to, for splice and
 // sendfile), readiness.cc (poll readiness, waiting on the
-// doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
+// doorbell), fork_exec.cc (sharing after fork, handing over across exec)
+// and downgrade.cc (leaving the rings for TCP mid-stream).
 #pragma once
 
 #include <sys/socket.h>  // MSG_PEEK
