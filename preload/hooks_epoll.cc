@@ -343,8 +343,19 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
       if (reg_peek(*set.regs[i], 1)) set.virt_owed = true;
       continue;
     }
-    uint32_t e = reg_events(*set.regs[i], k[i].revents);
-    if (e) ev[have++] = epoll_event{e, set.regs[i]->data};
+    EpollReg& r = *set.regs[i];
+    uint32_t e = reg_events(r, k[i].revents);
+    // A direction that left its ring just now (a Downgrade read above) is
+    // the kernel's again: ask the kernel for it before saying nothing.
+    if (!r.inner() && !r.disabled) {
+      short now = r.entry->conn->kernel_interest(static_cast<short>(r.events & kPollBits));
+      if (now != k[i].events) {
+        pollfd p{r.fd, now, 0};
+        real().poll(&p, 1, 0);
+        e |= reg_events(r, p.revents);
+      }
+    }
+    if (e) ev[have++] = epoll_event{e, r.data};
   }
   return have;
 }

@@ -121,6 +121,9 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       }
     }
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
+    // A direction that left its ring meanwhile (a Downgrade read above) is the
+    // kernel's again: what we ask of the kernel changed, so look again first.
+    for (nfds_t v : vidx) ready = ready || kernel_interest(virt[v], fds[v].events) != k[v].events;
     int r = 0, err = 0;
     if (!ready) {
       int64_t sleep_dl = release_before_sleep(wake);

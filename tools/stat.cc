@@ -41,6 +41,7 @@ struct Conn {
   int fd = -1;
   bool server = false;
   Outcome outcome = Outcome::kShm;
+  std::string downgraded;  // the reason, once the connection left its rings
   std::string local, peer;
   uint64_t inode = 0, ring = 0;
   uint64_t tx_bytes = 0, tx_msgs = 0, rx_bytes = 0, rx_msgs = 0, rx_unread = 0, tx_unacked = 0;
@@ -85,6 +86,9 @@ bool read_row(const stats::Slot& s, Conn* c) {
     c->inode = s.inode;
     c->ring = s.ring_bytes;
     sockaddr_in6 local = s.local, peer = s.peer;
+    char down[sizeof s.downgraded];
+    memcpy(down, s.downgraded, sizeof down);
+    down[sizeof down - 1] = 0;
     c->tx_bytes = s.tx_bytes.load(std::memory_order_relaxed);
     c->tx_msgs = s.tx_msgs.load(std::memory_order_relaxed);
     c->rx_bytes = s.rx_bytes.load(std::memory_order_relaxed);
@@ -93,6 +97,7 @@ bool read_row(const stats::Slot& s, Conn* c) {
     if (s.seq.load(std::memory_order_relaxed) != seq) continue;
     c->local = address(local);
     c->peer = address(peer);
+    c->downgraded = down;
     return true;
   }
   return false;
@@ -295,6 +300,9 @@ void pair_rings(std::vector<Proc>& procs) {
 
 std::string u64(uint64_t v) { return std::to_string(v); }
 const char* outcome_name(Outcome o) { return o == Outcome::kCount ? "?" : stats::name(o); }
+std::string transport_of(const Conn& c) {
+  return c.downgraded.empty() ? outcome_name(c.outcome) : "tcp:downgraded:" + c.downgraded;
+}
 
 void print_json(const std::vector<Proc>& procs) {
   printf("[");
@@ -316,7 +324,7 @@ void print_json(const std::vector<Proc>& procs) {
              "\"tx_bytes\":%s,\"tx_msgs\":%s,\"rx_bytes\":%s,\"rx_msgs\":%s,\"ring_bytes\":%s,"
              "\"rx_unread\":%s,\"tx_unacked\":%s,\"fill\":\"%s\"}",
              i ? "," : "", c.fd, c.server ? "server" : "client", json_quote(c.local).c_str(),
-             json_quote(c.peer).c_str(), json_quote(outcome_name(c.outcome)).c_str(), c.kernel_counts ? "kernel" : "rdmashim",
+             json_quote(c.peer).c_str(), json_quote(transport_of(c)).c_str(), c.kernel_counts ? "kernel" : "rdmashim",
              u64(c.tx_bytes).c_str(), msgs_tx.c_str(), u64(c.rx_bytes).c_str(), msgs_rx.c_str(), u64(c.ring).c_str(),
              known ? u64(c.rx_unread).c_str() : "null", known ? u64(c.tx_unacked).c_str() : "null", c.fill);
     }
@@ -364,7 +372,7 @@ void print_text(const std::vector<Proc>& procs) {
     for (auto& c : p.conns) {
       bool ring = c.ring != 0, known = strcmp(c.fill, "unknown") != 0;
       printf("%-8d %-5d %-6s %-22s %-22s %-22s %8s %8s %8s %8s %7s %7s %7s\n", p.pid, c.fd,
-             c.server ? "server" : "client", c.local.c_str(), c.peer.c_str(), outcome_name(c.outcome),
+             c.server ? "server" : "client", c.local.c_str(), c.peer.c_str(), transport_of(c).c_str(),
              human(c.tx_bytes).c_str(), c.kernel_counts ? "-" : u64(c.tx_msgs).c_str(), human(c.rx_bytes).c_str(),
              c.kernel_counts ? "-" : u64(c.rx_msgs).c_str(), ring ? human(c.ring).c_str() : "-",
              known ? human(c.rx_unread).c_str() : "?", known ? human(c.tx_unacked).c_str() : "?");

@@ -21,7 +21,8 @@
 // close), handshake.cc (Hello/Ack/Params, switching, fallback),
 // data_path.cc (recv and send), transfer.cc (recv_to, for splice and
 // sendfile), readiness.cc (poll readiness, waiting on the
-// doorbell) and fork_exec.cc (sharing after fork, handing over across exec).
+// doorbell), fork_exec.cc (sharing after fork, handing over across exec)
+// and downgrade.cc (leaving the rings for TCP mid-stream).
 #pragma once
 
 #include <sys/socket.h>  // MSG_PEEK
@@ -187,6 +188,16 @@ class Connection {
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 
+  // Moves the connection off its rings back onto the TCP socket, every byte
+  // in order (downgrade.cc): our direction leaves with our next send (or at
+  // once for a writer waiting for room), and asks the peer to take its
+  // direction off with its own next send. `reason`: a wire::DowngradeReason.
+  // 0 when under way (or nothing is on a ring), -ENOTSUP if the peer cannot
+  // (an older rdmashim), -EBUSY while another process shares the connection.
+  int downgrade(uint8_t reason);
+  // Some direction left its ring (logged as tcp:downgraded:<reason>).
+  bool downgraded() const { return down_dirs_.load(std::memory_order_relaxed) != 0; }
+
   // Both directions are raw TCP and will stay so: hooks may skip us.
   bool passthrough() const { return passthrough_.load(std::memory_order_relaxed); }
   int fd() const { return fd_.load(std::memory_order_relaxed); }
@@ -270,6 +281,25 @@ class Connection {
   ssize_t tcp_recv(const iovec* iov, int n, int flags);
   ssize_t tcp_send(const iovec* iov, int n, int flags);
   int send_control_bytes(const void* buf, size_t len, int more = 0);
+
+  // Leaving the rings (downgrade.cc).
+  enum : uint8_t { kDownTx = 1, kDownAsk = 2 };  // down_want_ bits
+  enum : uint8_t { kLeftTx = 1, kLeftRx = 2 };   // down_dirs_ bits
+  void apply_tx_downgrade();                     // tx_mu_ held
+  ssize_t send_after_downgrade(const iovec* iov, int iovcnt, size_t done, int flags);  // tx_mu_ held
+  void on_peer_downgrade(const wire::Downgrade& d);  // rx_mu_ held
+  bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
+  void follow_sibling_downgrade();                   // rx_mu_ held
+  bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }
+  void left_ring(uint8_t dir);
+  void note_reason(uint8_t reason);
+  std::atomic<bool> peer_downgrades_{false};  // both ends offered Downgrade frames (handshake)
+  std::atomic<uint8_t> down_want_{0};         // kDown* bits: our tx should leave at the next step
+  std::atomic<uint8_t> down_reason_{0};       // first reason; 0x80 set: the peer's
+  std::atomic<uint8_t> down_dirs_{0};         // kLeft* bits
+  std::atomic<bool> rx_leaving_{false};       // the peer's Downgrade read: no TCP frames follow
+  uint64_t rx_down_pos_ = 0;                  // rx_mu_: where the peer's ring stream ends
+  bool down_asked_ = false;                   // tx_mu_: our Ask went out
 
   // Shared.
   int wait_ring(bool for_write, int64_t deadline_ns, size_t min_bytes = 1);

@@ -36,11 +36,12 @@ ssize_t Connection::recv_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
   std::lock_guard<std::mutex> lock(rx_mu_);
   follow_sibling_switch_rx();
   if (rx_ == Rx::kRaw) return tcp_recv(iov, iovcnt, flags);
+  if (sched::on() && rx_ == Rx::kRing && sched::downgrade_now()) (void)downgrade(wire::kDowngradeTest);
   if (flags & MSG_OOB) return rx_ == Rx::kRing ? recv_urgent(iov, iovcnt, flags) : -EINVAL;
   size_t want = iov_total(iov, iovcnt);
   if (want == 0) {
     // TCP waits (once) for data even for zero bytes: read(2)'s shortcut is in the hooks.
-    if (rx_ == Rx::kRing) return recv_ring_empty(flags);
+    if (rx_ == Rx::kRing && !rx_left_ring()) return recv_ring_empty(flags);
     return tcp_recv(iov, iovcnt, flags & ~MSG_WAITALL);
   }
   if (!(flags & MSG_WAITALL) || (flags & MSG_PEEK)) return recv_some(iov, iovcnt, flags & ~MSG_WAITALL);
@@ -138,6 +139,13 @@ int Connection::read_frame(int flags) {
     }
     case wire::FrameType::kParams:  // only ever right after a Hello or an Ack
       return broken("stray params frame");
+    case wire::FrameType::kDowngrade: {
+      if (!peer_downgrades_.load(std::memory_order_relaxed)) return broken("downgrade frame not offered");
+      wire::Downgrade d;
+      memcpy(&d, rx_ctl_, sizeof d);
+      on_peer_downgrade(d);
+      return 1;
+    }
     case wire::FrameType::kClose:  // only meaningful on a ring; before it, FIN says it all
     case wire::FrameType::kUrgent:  // only sent after the Switch
     case wire::FrameType::kPing:
@@ -150,6 +158,8 @@ int Connection::read_frame(int flags) {
 // waiting. Returns true if anything changed (a frame, EOF, a reset).
 bool Connection::poll_control() {
   bool changed = false;
+  follow_sibling_downgrade();
+  if (rx_leaving_.load(std::memory_order_relaxed)) return false;  // raw bytes follow the Downgrade
   for (;;) {
     int r = read_frame_bytes(MSG_DONTWAIT);
     if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR) return changed;
@@ -187,6 +197,15 @@ bool Connection::poll_control() {
       urg_pos_ = u.position;
       urg_byte_ = u.byte;
       urg_state_.store(kUrgValid, std::memory_order_release);
+    } else if (h.type == static_cast<uint16_t>(wire::FrameType::kDowngrade)) {
+      if (!peer_downgrades_.load(std::memory_order_relaxed)) {
+        broken("downgrade frame not offered");
+        return true;
+      }
+      wire::Downgrade d;
+      memcpy(&d, rx_ctl_, sizeof d);
+      on_peer_downgrade(d);
+      if (rx_leaving_.load(std::memory_order_relaxed)) return true;  // no frame after it
     } else if (h.type != static_cast<uint16_t>(wire::FrameType::kPing)) {
       broken("data frame after switch");
       return true;
@@ -222,7 +241,7 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
       size_t target = want < lowat ? want : lowat;
       ssize_t avail = ring_->readable();
       if (avail > 0 && static_cast<size_t>(avail) < target && !rx_end_.load(std::memory_order_acquire) &&
-          !nonblocking(flags)) {
+          !rx_leaving_.load(std::memory_order_relaxed) && !nonblocking(flags)) {
         if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
         side.release();
         int w = wait_ring(false, dl, target);
@@ -245,6 +264,11 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
     if (r > 0 || r == -EFAULT) return r;
     if (r < 0) return broken("ring cursor out of bounds");
+    follow_sibling_downgrade();
+    if (rx_left_ring()) {  // the peer's ring stream ended here: the rest is on TCP
+      side.release();
+      return tcp_recv(iov, iovcnt, flags);
+    }
     if (rx_shut_.load(std::memory_order_relaxed)) return 0;
     if (peer_closed_ && ring_->rx_position() >= peer_final_) {
       release_rx_for_good();  // drained, and the peer writes no more
@@ -289,7 +313,7 @@ ssize_t Connection::recv_ring_empty(int flags) {
     int w = wait_ring(false, dl);
     side.reacquire();
     if (w < 0) return w == -EINTR ? w : 0;
-    if (ring_->readable() != 0 || rx_end_.load(std::memory_order_acquire)) return 0;
+    if (ring_->readable() != 0 || rx_end_.load(std::memory_order_acquire) || rx_leaving_.load(std::memory_order_relaxed)) return 0;
   }
 }
 
@@ -400,6 +424,14 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
     advance_tx(iov_total(iov, iovcnt) > 0);
     if (tx_ == Tx::kRaw && (rx.owns_lock() || rx.try_lock())) update_passthrough();
   }
+  if (RDMASHIM_UNLIKELY(down_want_.load(std::memory_order_relaxed) != 0)) {
+    if (iov_total(iov, iovcnt) > 0) apply_tx_downgrade();  // ahead of bytes only
+  } else if (sched::on() && tx_ == Tx::kRing && peer_downgrades_.load(std::memory_order_relaxed) &&
+             iov_total(iov, iovcnt) > 0 && sched::downgrade_now()) {
+    note_reason(wire::kDowngradeTest);
+    down_want_.fetch_or(kDownTx | kDownAsk, std::memory_order_relaxed);
+    apply_tx_downgrade();
+  }
   if (sys::sigpipe_raised()) return -EPIPE;  // our Switch found the stream broken: so would the program's write
   switch (tx_) {
     case Tx::kRing:
@@ -492,6 +524,13 @@ ssize_t Connection::send_ring(const iovec* iov, int iovcnt, int flags) {
     done += static_cast<size_t>(r);
     note_tx_dirty();
     if (done == total) return static_cast<ssize_t>(done);
+    if (RDMASHIM_UNLIKELY(down_want_.load(std::memory_order_relaxed) != 0)) {
+      apply_tx_downgrade();  // asked to leave while we wait for room: the rest goes on TCP
+      if (tx_ != Tx::kRing) {
+        side.release();
+        return send_after_downgrade(iov, iovcnt, done, flags);
+      }
+    }
     if (r > 0) may_grow = false;
     if (!may_grow && ring_->writable() > 0) {
       // Only the lap is full (elastic rings). A reader that drains frees

@@ -87,6 +87,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   wire::Hello& hello = msg.hello;
   memcpy(hello.magic, wire::kHelloMagic, sizeof hello.magic);
   hello.version = wire::kVersion;
+  hello.flags = wire::kHelloFlagDowngrade;  // we read Downgrade frames
   hello.transports = offer;
   memcpy(hello.nonce, c->nonce_, sizeof hello.nonce);
   memcpy(hello.rendezvous, c->rendezvous_, sizeof hello.rendezvous);
@@ -347,6 +348,10 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
   memcpy(ack.magic, wire::kAckMagic, sizeof ack.magic);
   ack.version = wire::kVersion;
   memcpy(ack.nonce, hello.nonce, sizeof ack.nonce);
+  if (hello.flags & wire::kHelloFlagDowngrade) {  // an older client never gets a Downgrade
+    ack.flags |= wire::kAckFlagDowngrade;
+    peer_downgrades_.store(true, std::memory_order_release);
+  }
   stats::Outcome failure = stats::Outcome::kTcpPolicy;
   const Config& cfg = config();
   bool allowed = upgrades_allowed() && cfg.transport != TransportChoice::kTcp;
@@ -457,6 +462,7 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   int err = -EPROTO;
   stats::Outcome ok = stats::Outcome::kShm;
+  peer_downgrades_.store((ack.flags & wire::kAckFlagDowngrade) != 0, std::memory_order_release);
   RDMASHIM_SCHED_POINT(kHandshakeAttach);
   segment_fds_.reset();  // the room kept for the segment is the segment's now
   if (ack.version == wire::kVersion && ack.transport == wire::kTransportShm && valid_ring_size(ack.ring_size)) {

@@ -127,15 +127,26 @@ short Connection::poll_events(short want, short kernel) {
     if (kernel & POLLIN) kernel = consume_setup_bytes(kernel);
   }
   short ev = kernel & (POLLERR | POLLHUP | POLLNVAL);
-  if (!rx_ring_.load(std::memory_order_acquire)) {
+  bool rx_ring = rx_ring_.load(std::memory_order_acquire);
+  if (rx_ring && !rx_end_.load(std::memory_order_acquire) &&
+      ((kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) || rx_leaving_.load(std::memory_order_relaxed))) {
+    // After the switch the TCP side carries only our control frames: it is
+    // readable for the application only if it ended (FIN, RST, Close), or
+    // after a Downgrade once the ring is read up to its end.
+    std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+    if (rx.owns_lock()) {
+      poll_control();
+      if (rx_leaving_.load(std::memory_order_relaxed) && finish_rx_downgrade()) {
+        rx_ring = false;
+        pollfd p{fd(), static_cast<short>(kernel_interest(want)), 0};  // the frame made it readable: ask again
+        sys::wait(&p, 1, 0);
+        kernel = static_cast<short>((kernel & ~(POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI | POLLRDHUP)) | p.revents);
+      }
+    }
+  }
+  if (!rx_ring) {
     ev |= kernel & (POLLIN | POLLRDNORM | POLLRDBAND | POLLPRI | POLLRDHUP);
   } else {
-    // After the switch the TCP side carries only our control frames: it is
-    // readable for the application only if it ended (FIN, RST, Close).
-    if ((kernel & (POLLIN | POLLRDHUP | POLLHUP | POLLERR)) && !rx_end_.load(std::memory_order_acquire)) {
-      std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
-      if (rx.owns_lock()) poll_control();
-    }
     if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX) abort_if_data_after_shutdown();
     size_t lowat = rcvlowat();
     bool data = lowat <= 1 ? ring_->readable_hint() : ring_->unread_hint() >= lowat;

@@ -38,6 +38,10 @@ class Transport {
   // A direction passed its Switch (in this process or a sibling).
   virtual void mark_switched(Dir) {}
   virtual bool switched(Dir) const { return false; }
+  // The peer's Downgrade of our rx (read in this process or a sibling): the
+  // ring stream ends at `position`; raw TCP bytes follow the frame.
+  virtual void mark_rx_left(uint64_t) {}
+  virtual bool rx_left(uint64_t*) const { return false; }
   // False if a forked child must not touch the parent's transport at all
   // (a verbs QP: its queues are mapped shared with the parent's).
   virtual bool survives_fork() const { return true; }

@@ -43,6 +43,10 @@ struct LocalState {
   // Datagrams we read from our doorbell; the peer's SideState::rings says
   // how many it wrote (a hint: a lie costs one read that finds nothing).
   std::atomic<uint64_t> drained{0};
+  // The peer's Downgrade of our rx, read by whichever of our processes: the
+  // ring stream ends at rx_left_at - 1 (0: not left), and a sibling that
+  // never saw the frame follows from here.
+  std::atomic<uint64_t> rx_left_at{0};
   // What we last published in the segment (SideState::produced, its map
   // word, consumed): our own positions, as the peer cannot rewrite them.
   alignas(64) std::atomic<uint64_t> produced{0};

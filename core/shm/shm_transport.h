@@ -52,6 +52,16 @@ class ShmTransport final : public Transport {
   bool switched(Dir d) const override {
     return (d == Dir::kRx ? local().rx_switched : local().tx_switched).load(std::memory_order_acquire) != 0;
   }
+  // The peer's Downgrade of our rx, seen by whichever process of this side
+  // read it: kept in our local page, where the peer cannot forge it.
+  void mark_rx_left(uint64_t position) override {
+    local().rx_left_at.store(position + 1, std::memory_order_release);
+  }
+  bool rx_left(uint64_t* position) const override {
+    uint64_t v = local().rx_left_at.load(std::memory_order_acquire);
+    if (v != 0) *position = v - 1;
+    return v != 0;
+  }
   uint32_t options_generation() const override { return local().options_gen.load(std::memory_order_acquire); }
   uint32_t bump_options_generation() override {
     return local().options_gen.fetch_add(1, std::memory_order_acq_rel) + 1;

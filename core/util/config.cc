@@ -71,9 +71,15 @@ void load() {
   // Kept as the environment holds it; discovery parses (and warns about) it.
   if (const char* t = getenv("RDMASHIM_PEERS"); t && *t) c.peers = strdup(t);
   if (const char* t = getenv("RDMASHIM_TEST_SCHEDULE"); t && *t) {
-    uint64_t v = 0;
-    if (parse_size(t, &v)) c.test_schedule_on = true, c.test_schedule = v;
-    else RDMASHIM_WARN("ignoring RDMASHIM_TEST_SCHEDULE=%s (expected a decimal seed)", t);
+    uint64_t v = 0, n = 0;
+    char seed[32] = {};
+    const char* comma = strchr(t, ',');
+    size_t len = comma ? static_cast<size_t>(comma - t) : strlen(t);
+    if (len < sizeof seed) memcpy(seed, t, len);
+    bool ok = len < sizeof seed && parse_size(seed, &v);
+    if (ok && comma) ok = !strncmp(comma, ",downgrade=", 11) && parse_size(comma + 11, &n) && n > 0 && n <= UINT32_MAX;
+    if (ok) c.test_schedule_on = true, c.test_schedule = v, c.test_downgrade = static_cast<uint32_t>(n);
+    else RDMASHIM_WARN("ignoring RDMASHIM_TEST_SCHEDULE=%s (expected <seed>[,downgrade=<n>])", t);
   }
   sched::g_state.store(c.test_schedule_on ? sched::kOn : sched::kOff, std::memory_order_relaxed);
   if (const char* t = getenv("RDMASHIM_TEST_FAULT"); t && *t) {

@@ -40,10 +40,13 @@ struct Config {
   char device[64] = {};
   int gid_index = -1;           // RDMASHIM_GID_INDEX (-1: chosen per connection)
   const char* peers = nullptr;  // RDMASHIM_PEERS, raw (parsed by discovery)
-  // RDMASHIM_TEST_SCHEDULE=<seed>: test only; perturbs the timing of the
-  // steps marked in util/schedule.h (tests/interleave). Any value turns it on.
+  // RDMASHIM_TEST_SCHEDULE=<seed>[,downgrade=<n>]: test only; perturbs the
+  // timing of the steps marked in util/schedule.h (tests/interleave). Any
+  // value turns it on. With downgrade=n every data call on a ring also takes
+  // the connection back to TCP with probability 1/n (sched::downgrade_now).
   bool test_schedule_on = false;
   uint64_t test_schedule = 0;
+  uint32_t test_downgrade = 0;  // n; 0: never
   // RDMASHIM_TEST_FAULT=<step>[:<nth>],...: test only; makes the named setup
   // steps fail (util/fault.h). Parsed and applied by fault::configure.
   bool test_fault_on = false;

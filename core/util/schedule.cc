@@ -29,17 +29,32 @@ const char* point_name(Point p) {
       "switch-received",      "plain-received",         "ring-wrap-write",    "ring-wrap-read",
       "ring-publish-tail",    "ring-publish-head",      "ring-grow",          "ring-shrink",
       "readiness-consume",    "wait-armed",             "shutdown-fin",
-      "close-drain",          "close-real"};
+      "close-drain",          "close-real",             "downgrade-send",     "downgrade-received"};
   return p < kPointCount ? kNames[p] : "?";
+}
+
+namespace {
+void seed_thread() {
+  if (t_rng == 0) {
+    uint64_t ordinal = g_threads.fetch_add(1, std::memory_order_relaxed);
+    t_rng = splitmix(config().test_schedule ^ splitmix(ordinal)) | 1;
+  }
+}
+}  // namespace
+
+bool downgrade_now() {
+  if (g_state.load(std::memory_order_relaxed) == kUnknown) (void)config();
+  uint32_t n = config().test_downgrade;
+  if (g_state.load(std::memory_order_relaxed) != kOn || n == 0) return false;
+  seed_thread();
+  t_rng = splitmix(t_rng ^ 0xd0);
+  return (t_rng >> 16) % n == 0;
 }
 
 void perturb(Point p) {
   if (g_state.load(std::memory_order_relaxed) == kUnknown) (void)config();
   if (g_state.load(std::memory_order_relaxed) != kOn) return;
-  if (t_rng == 0) {
-    uint64_t ordinal = g_threads.fetch_add(1, std::memory_order_relaxed);
-    t_rng = splitmix(config().test_schedule ^ splitmix(ordinal)) | 1;
-  }
+  seed_thread();
   t_rng = splitmix(t_rng ^ p);
   uint64_t r = t_rng;
   // The ring and wait points run once per call: perturbed one time in

@@ -47,6 +47,9 @@ enum Point : uint8_t {
   kShutdownFin,        // the kernel's shutdown() about to run
   kCloseDrain,         // last close: draining control frames
   kCloseReal,          // last close: the kernel's close() about to run
+  // Leaving a ring (core/conn/downgrade.cc).
+  kDowngradeSend,      // our ring writes done, the Downgrade frame not sent
+  kDowngradeReceived,  // the peer's Downgrade read; our rx not yet off the ring
   kPointCount
 };
 
@@ -57,6 +60,13 @@ inline std::atomic<uint8_t> g_state{0};
 inline constexpr uint8_t kUnknown = 0, kOff = 1, kOn = 2;
 
 void perturb(Point p);  // reads the configuration if need be; no-op when off
+
+// With RDMASHIM_TEST_SCHEDULE=<seed>,downgrade=<n>: true with probability 1/n,
+// from this thread's schedule PRNG (so a seed replays its downgrades too).
+// Only called where point() would perturb (the schedule is on).
+bool downgrade_now();
+
+inline bool on() { return RDMASHIM_UNLIKELY(g_state.load(std::memory_order_relaxed) != kOff); }
 
 inline void point(Point p) {
   if (RDMASHIM_UNLIKELY(g_state.load(std::memory_order_relaxed) != kOff)) perturb(p);

@@ -157,6 +157,7 @@ void Row::open(int fd, Outcome o, bool server, uint64_t ring_bytes) {
   s->fd = fd;
   s->role = server ? 1 : 0;
   s->ring_bytes = ring_bytes;
+  s->downgraded[0] = 0;
   s->inode = 0;
   memset(&s->local, 0, sizeof s->local);
   memset(&s->peer, 0, sizeof s->peer);
@@ -179,6 +180,18 @@ void Row::open(int fd, Outcome o, bool server, uint64_t ring_bytes) {
   errno = saved;
   s->seq.store(s->seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
   slot_ = s;
+}
+
+void Row::downgraded(const char* reason) {
+  if (!slot_) return;
+  // Out of the live state while the text changes (readers retry or skip).
+  uint32_t seq = slot_->seq.load(std::memory_order_relaxed);
+  slot_->seq.store(seq - 1, std::memory_order_relaxed);
+  std::atomic_thread_fence(std::memory_order_release);
+  size_t n = strnlen(reason, sizeof slot_->downgraded - 1);
+  memcpy(slot_->downgraded, reason, n);
+  slot_->downgraded[n] = 0;
+  slot_->seq.store(seq, std::memory_order_release);
 }
 
 void Row::close() {

@@ -51,6 +51,9 @@ constexpr int kV2Outcomes = 8;  // counted in Page::counts; later ones in Page::
 //      one end's tx_bytes exceeds the other end's rx_bytes, computed by the
 //      reader when it sees both ends (the data path pays nothing for it).
 // 144  opened_ns  u64 CLOCK_REALTIME at settle
+// 152  downgraded char[16] NUL-terminated reason once the connection left its
+//      rings for TCP (shown as tcp:downgraded:<reason>); "" before (and in
+//      rows of older writers, whose padding is zero)
 struct Slot {
   std::atomic<uint32_t> seq;
   int32_t outcome;
@@ -65,9 +68,10 @@ struct Slot {
   std::atomic<uint64_t> tx_bytes, tx_msgs, rx_bytes, rx_msgs;
   std::atomic<uint64_t> rx_unread, tx_unacked;
   uint64_t opened_ns;
-  unsigned char pad2[104];
+  char downgraded[16];
+  unsigned char pad2[88];
 };
-static_assert(sizeof(Slot) == 256);
+static_assert(sizeof(Slot) == 256 && offsetof(Slot, downgraded) == 152);
 
 // The page's layout, read by `rdmashim stat` (checked there by magic+version).
 // Version 1 was the header alone in 4 KiB (the first 80 bytes are the same).
@@ -125,6 +129,8 @@ class Row {
   Row& operator=(const Row&) = delete;
   // fd: addresses and inode are read from it now (once, at setup).
   void open(int fd, Outcome o, bool server, uint64_t ring_bytes);
+  // The connection left its rings: `reason` (truncated to 15 bytes) shown.
+  void downgraded(const char* reason);
   void close();
   // A connection counted as upgraded whose peer could not attach: now on TCP.
   void set_outcome(Outcome o) {

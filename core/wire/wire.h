@@ -11,6 +11,10 @@
 // After Switch the direction's data moves through the ring and the TCP
 // direction carries only control frames (Close, Ping) and, finally, FIN.
 // After Plain the direction is raw TCP bytes again until the end.
+// A direction on the ring may leave it again (both ends offered
+// kHelloFlagDowngrade / kAckFlagDowngrade): its sender stops writing the
+// ring and sends Downgrade{position}; the ring stream ends at that position
+// and the direction continues as raw TCP bytes right after the frame.
 #pragma once
 
 #include <bit>
@@ -58,7 +62,10 @@ struct Hello {
 };
 static_assert(sizeof(Hello) == 64);
 constexpr uint16_t kHelloFlagsMustUnderstand = 0x00FF;
-constexpr uint16_t kHelloFlagsKnown = 0;  // none defined yet
+constexpr uint16_t kHelloFlagsKnown = 0;  // no must-understand bit defined yet
+// Optional: the client reads Downgrade frames (a server that does not know
+// the bit ignores it, and its Ack's flags byte is 0: it is never sent one).
+constexpr uint16_t kHelloFlagDowngrade = 0x0100;
 
 // Whether a server of this version may upgrade for this Hello; if not it
 // answers with a negative Ack (version 1 layout) and both stay on TCP.
@@ -75,7 +82,8 @@ static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) =
 // 16  nonce[16]      the Hello's nonce
 // 32  token[16]      secret that must accompany the descriptors on the unix socket
 // 48  fallback       u8 when transport is 0: why (AckFallback); 0 if not said
-// 49  reserved[15]   zero
+// 49  flags          u8 kAckFlag* bits (0 from an older server: reserved then)
+// 50  reserved[14]   zero
 struct Ack {
   unsigned char magic[8];
   uint16_t version;
@@ -84,8 +92,11 @@ struct Ack {
   unsigned char nonce[16];
   unsigned char token[16];
   uint8_t fallback;
-  unsigned char reserved[15];
+  uint8_t flags;
+  unsigned char reserved[14];
 };
+// Both ends read Downgrade frames: set only for a Hello with kHelloFlagDowngrade.
+constexpr uint8_t kAckFlagDowngrade = 1;
 enum AckFallback : uint8_t {
   kFallbackUnsaid = 0,       // an older server: read as policy
   kFallbackPolicy = 1,       // the server's configuration said no
@@ -93,7 +104,7 @@ enum AckFallback : uint8_t {
   kFallbackFdBudget = 3,     // its descriptors would have crowded the server program's own
 };
 static_assert(sizeof(Ack) == 64);
-static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32);
+static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32 && offsetof(Ack, flags) == 49);
 
 enum class FrameType : uint16_t {
   kData = 1,    // payload: application bytes
@@ -102,6 +113,7 @@ enum class FrameType : uint16_t {
   kClose = 4,   // payload: u64 final ring position; sender shut down writing (understood, no longer sent: the FIN says it)
   kPing = 5,    // no payload: liveness probe while the ring is full
   kParams = 6,  // payload: verbs::Params (48 bytes), only right after a Hello or an Ack
+  kDowngrade = 7,  // payload: Downgrade; only to a peer that offered it (kAckFlagDowngrade)
   kUrgent = 16, // payload: Urgent; MSG_OOB on a ring (the byte is not in the ring)
 };
 
@@ -114,6 +126,41 @@ struct Urgent {
   uint8_t reserved[7];
 };
 static_assert(sizeof(Urgent) == 16);
+
+// A direction leaves its ring (kDowngradeLeave), and/or the sender asks the
+// peer to take its own direction off the ring too (kDowngradeAsk).
+//  0  position  u64 with kDowngradeLeave: the sender's ring stream ends after
+//               this many bytes (its tx position); the receiver reads the
+//               ring up to there, then the raw TCP bytes after this frame.
+//               0 without it.
+//  8  flags     u8 kDowngrade* bits
+//  9  reason    u8 DowngradeReason (for the peer's logs)
+// 10  reserved  u8[6] zero
+// Sent on a ring direction (Leave, with Ask if our rx is on a ring) or at a
+// frame boundary of a framed one (Ask alone: the framed direction goes Plain).
+struct Downgrade {
+  uint64_t position;
+  uint8_t flags;
+  uint8_t reason;
+  uint8_t reserved[6];
+};
+static_assert(sizeof(Downgrade) == 16);
+constexpr uint8_t kDowngradeLeave = 1;
+constexpr uint8_t kDowngradeAsk = 2;
+// Why a connection leaves its rings (logged as tcp:downgraded:<name>).
+enum DowngradeReason : uint8_t {
+  kDowngradeUnsaid = 0,
+  kDowngradeRequested = 1,  // Connection::downgrade() without a better reason
+  kDowngradeTest = 2,       // RDMASHIM_TEST_SCHEDULE=<seed>,downgrade=<n>
+  kDowngradeFork = 3,       // a fork or exec the ring cannot follow
+  kDowngradeLimit = 4,      // a resource limit reached
+  kDowngradeDevice = 5,     // the device under the ring is gone
+  kDowngradeReasons
+};
+inline const char* downgrade_reason_name(uint8_t r) {
+  static const char* const kNames[kDowngradeReasons] = {"unsaid", "requested", "test", "fork", "limit", "device"};
+  return r < kDowngradeReasons ? kNames[r] : "unsaid";
+}
 
 // Header of every frame after Hello/Ack.
 //  0  length   u32 payload bytes that follow
@@ -139,6 +186,7 @@ inline bool valid(const FrameHeader& h) {
     case FrameType::kClose: return h.length == sizeof(uint64_t);
     case FrameType::kParams: return h.length == kParamsBytes;
     case FrameType::kUrgent: return h.length == sizeof(Urgent);
+    case FrameType::kDowngrade: return h.length == sizeof(Downgrade);
   }
   return false;
 }

@@ -7,12 +7,13 @@
 //
 //   interleave_run --peer BIN --lib LIB [--seed S | --first F --seeds N | --list FILE]
 //                  [--exclude FILE] [--jobs J] [--max-seconds T] [--repeat N] [--deadline S]
-//                  [--include-known] [--verbose] [--all-plain]
+//                  [--include-known] [--verbose] [--all-plain] [--downgrades]
 //
 // A range skips the seeds whose plan hits a known bug (plan.h known_bug);
 // --include-known runs them too. --repeat runs each seed N times.
 // --all-plain runs the seeds with no preload at all: a check of the harness
 // and the plans themselves (plain TCP must pass every seed).
+// --downgrades adds random moves back to TCP mid-stream (plan.h add_downgrades).
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -49,6 +50,7 @@ struct Options {
   bool verbose = false;
   bool all_plain = false;  // a control: no preload anywhere, no transport checked
   bool include_known = false;
+  bool downgrades = false;  // leave the rings at random points (plan.h add_downgrades)
   int repeat = 1;
   int deadline_s = 30;
 };
@@ -84,13 +86,15 @@ std::vector<std::string> make_env(const Options& o, const Plan& p, const Side& m
     if (!strncmp(*e, "LD_PRELOAD=", 11) || !strncmp(*e, "RDMASHIM_", 9)) continue;
     env.push_back(*e);
   }
+  if (o.downgrades) env.push_back("INTERLEAVE_STRICT_IDLE=1");
   if (me.plain) return env;
   env.insert(env.end(), pass.begin(), pass.end());
   env.push_back("LD_PRELOAD=" + o.lib);
   // INTERLEAVE_LOG=debug (for replays) raises the library's log level.
   const char* level = getenv("INTERLEAVE_LOG");
   env.push_back(std::string("RDMASHIM_LOG=") + (level && *level ? level : "info"));
-  env.push_back("RDMASHIM_TEST_SCHEDULE=" + std::to_string(p.seed ^ role));
+  env.push_back("RDMASHIM_TEST_SCHEDULE=" + std::to_string(p.seed ^ role) +
+                (me.downgrade ? ",downgrade=" + std::to_string(me.downgrade) : ""));
   if (p.setup_timeout_ms) env.push_back("RDMASHIM_SETUP_TIMEOUT_MS=" + std::to_string(p.setup_timeout_ms));
   if (p.ring_size) env.push_back("RDMASHIM_RING_SIZE=" + std::to_string(p.ring_size));
   return env;
@@ -135,7 +139,9 @@ std::string slurp(const std::string& path) {
 
 // The transport the library reported for the connection ("" if none), and
 // any other problem in the log (a warning, more than one outcome, our own FAIL).
-std::string outcome_of(const std::string& log, bool fallback, std::string* problem) {
+// A later tcp:downgraded:<reason> line (the connection left its rings) is
+// no second outcome: `downgraded` gets the reason.
+std::string outcome_of(const std::string& log, bool fallback, std::string* problem, std::string* downgraded) {
   std::string outcome;
   std::istringstream in(log);
   std::string line;
@@ -145,6 +151,13 @@ std::string outcome_of(const std::string& log, bool fallback, std::string* probl
       if (line.find("] info: fd ") != std::string::npos && arrow != std::string::npos) {
         std::string o = line.substr(arrow + 4);
         o = o.substr(0, o.find(' '));
+        if (o.rfind("tcp:downgraded:", 0) == 0) {
+          if ((!downgraded->empty() || outcome != "shm") && problem->empty()) {
+            *problem = "downgrade logged after '" + outcome + "'" + (downgraded->empty() ? "" : " (twice)");
+          }
+          *downgraded = o.substr(15);
+          continue;
+        }
         // A server that counted an upgrade corrects it when its client could not attach.
         bool correction = (outcome == "shm" || outcome == "verbs") && o == "tcp:setup-failed";
         if (!outcome.empty() && !correction && problem->empty()) *problem = "two outcomes logged: " + outcome + ", " + o;
@@ -209,6 +222,7 @@ Result run_seed(const Options& o, int worker, uint64_t seed) {
   Result r;
   Plan p = make_plan(seed);
   if (o.all_plain) p.client.plain = p.server.plain = true;
+  if (o.downgrades) add_downgrades(p);
   std::string base = o.dir + "/w" + std::to_string(worker);
   std::string clog = base + ".client.log", slog = base + ".server.log";
   int pp[2];
@@ -261,8 +275,11 @@ Result run_seed(const Options& o, int worker, uint64_t seed) {
   }
   std::string cproblem, sproblem;
   std::string clogt = client >= 0 ? slurp(clog) : "", slogt = slurp(slog);
-  r.client = outcome_of(clogt, p.fallback, &cproblem);
-  r.server = outcome_of(slogt, p.fallback, &sproblem);
+  std::string cdown, sdown;
+  r.client = outcome_of(clogt, p.fallback, &cproblem, &cdown);
+  r.server = outcome_of(slogt, p.fallback, &sproblem, &sdown);
+  // Only a seed that asks for downgrades may see one.
+  if (!o.downgrades && (!cdown.empty() || !sdown.empty())) cproblem = "downgraded without --downgrades";
   auto status = [](const char* who, int st) -> std::string {
     if (WIFEXITED(st) && WEXITSTATUS(st) == 0) return "";
     if (WIFEXITED(st)) return std::string(who) + " exited " + std::to_string(WEXITSTATUS(st));
@@ -274,6 +291,8 @@ Result run_seed(const Options& o, int worker, uint64_t seed) {
                                check_outcomes(p, r.client, r.server)}) {
     if (!w.empty() && why.empty()) why = w;
   }
+  if (!cdown.empty()) r.client += "+down";  // the summary counts them
+  if (!sdown.empty()) r.server += "+down";
   if (r.ok && !why.empty()) r.ok = false, r.why = why;
   if (!r.ok) {
     auto tail = [](const std::string& t) {
@@ -294,7 +313,7 @@ void usage() {
   fprintf(stderr,
           "usage: interleave_run --peer BIN --lib LIB [--seed S | --first F --seeds N | --list FILE]\n"
           "                      [--exclude FILE] [--jobs J] [--max-seconds T] [--repeat N] [--deadline S]\n"
-          "                      [--include-known] [--verbose] [--all-plain]\n");
+          "                      [--include-known] [--verbose] [--all-plain] [--downgrades]\n");
   exit(2);
 }
 
@@ -323,6 +342,7 @@ int main(int argc, char** argv) {
     else if (a == "--verbose") o.verbose = true;
     else if (a == "--all-plain") o.all_plain = true;
     else if (a == "--include-known") o.include_known = true;
+    else if (a == "--downgrades") o.downgrades = true;
     else if (a == "--repeat") o.repeat = atoi(val().c_str());
     else usage();
   }

@@ -84,6 +84,7 @@ struct Side {
   uint32_t io_delay_us = 0;     // connection made, before the first I/O
   uint32_t close_delay_us = 0;  // all done, before close
   uint32_t stall_us = 0;        // one pause after the first bytes read (a reader that lags)
+  uint32_t downgrade = 0;       // --downgrades: each data call on a ring leaves it with chance 1/n (0: never)
 };
 
 struct Plan {
@@ -214,6 +215,19 @@ inline Plan make_plan(uint64_t seed) {
   return p;
 }
 
+// --downgrades (interleave.downgrade): on top of the plan, one side or both
+// leave the ring at random points: RDMASHIM_TEST_SCHEDULE=<seed^role>,
+// downgrade=<n> makes each data call on a ring take the connection back to
+// TCP with chance 1/n. From its own salt, so the plan itself is unchanged.
+inline void add_downgrades(Plan& p) {
+  if (p.client.plain || p.server.plain) return;
+  Rng d(p.seed ^ 0x646f776e67726164ull);
+  static const uint32_t kOneIn[] = {1, 4, 32, 256};
+  uint64_t who = d.below(3);  // 0 client, 1 server, 2 both
+  if (who != 1) p.client.downgrade = kOneIn[d.below(4)];
+  if (who != 0) p.server.downgrade = kOneIn[d.below(4)];
+}
+
 // Plans that hit a bug known and not fixed yet (README.md, "Known bugs"):
 // the short name of the bug, or nullptr. Seed ranges skip them unless asked
 // to include them; a seed named alone always runs.
@@ -236,9 +250,12 @@ inline std::string describe(const Plan& p) {
     if (s.stall_us && n > 0 && static_cast<size_t>(n) < sizeof b) snprintf(b + n, sizeof b - n, ", stall %u us", s.stall_us);
     return std::string(b);
   };
-  char b[160];
-  snprintf(b, sizeof b, "%s, ring %u, setup timeout %u ms%s", pattern_name(p.pattern), p.ring_size,
-           p.setup_timeout_ms, p.server_writes_first ? ", server writes first" : "");
+  char b[200];
+  int n = snprintf(b, sizeof b, "%s, ring %u, setup timeout %u ms%s", pattern_name(p.pattern), p.ring_size,
+                   p.setup_timeout_ms, p.server_writes_first ? ", server writes first" : "");
+  if ((p.client.downgrade || p.server.downgrade) && n > 0 && static_cast<size_t>(n) < sizeof b) {
+    snprintf(b + n, sizeof b - n, ", downgrade 1/%u client 1/%u server", p.client.downgrade, p.server.downgrade);
+  }
   return std::string(b) + "\n  client: " + side(p.client) + "\n  server: " + side(p.server);
 }
 

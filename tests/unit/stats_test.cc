@@ -142,6 +142,29 @@ TEST(StatsRow, AnUpgradeThePeerNeverAttachedIsRecountedAsTcp) {
   row.close();
 }
 
+// A connection that left its rings says why in its row; the text goes in
+// while the row is out of the live state, and a reused row starts empty.
+TEST(StatsRow, DowngradedReasonAndReuse) {
+  auto [c, s] = tcp_pair();
+  Slot* slot = nullptr;
+  {
+    Row row;
+    row.open(c.get(), Outcome::kShm, true, 4096);
+    slot = row.row();
+    ASSERT_NE(slot, nullptr);
+    EXPECT_EQ(slot->downgraded[0], 0);
+    uint32_t gen = slot->seq.load();
+    row.downgraded("peer-device-and-more");
+    EXPECT_EQ(slot->seq.load(), gen);  // live again, same generation
+    EXPECT_STREQ(slot->downgraded, "peer-device-and");  // 15 bytes at most
+    EXPECT_EQ(slot->outcome, static_cast<int>(Outcome::kShm));  // the handshake's outcome stays
+  }
+  Row again;
+  again.open(c.get(), Outcome::kShm, true, 4096);
+  ASSERT_NE(again.row(), nullptr);
+  EXPECT_EQ(again.row()->downgraded[0], 0);
+}
+
 int live_rows(const Page* p) {
   int n = 0;
   for (const Slot& slot : p->slot) n += slot.seq.load() % 4 == 2;
