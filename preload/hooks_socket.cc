@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "conn/deferred_close.h"
 #include "discovery/registry.h"
 #include "preload.h"
 #include "util/config.h"
@@ -126,7 +127,7 @@ int track_accepted(int listener, int fd) {
 // close() of fd is about to happen: forgets the name, and if it was the
 // connection's last, lets it finish what must precede the kernel's close.
 // Returns the table's reference, for release_after_close().
-Entry* forget_before_close(int fd) {
+Entry* forget_before_close(int fd, unsigned first, unsigned last) {
   Entry* e = table().take(fd);
   if (!e) return nullptr;
   detach(fd, e);
@@ -137,7 +138,7 @@ Entry* forget_before_close(int fd) {
   }
   if (last_name && e->conn) {
     int saved = errno;
-    e->conn->drain_before_close();
+    e->conn->drain_before_close(first, last);
     RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }
@@ -159,7 +160,7 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
   });
   std::vector<Entry*> gone;
   for (int fd : fds) {
-    if (Entry* e = forget_before_close(fd)) gone.push_back(e);
+    if (Entry* e = forget_before_close(fd, first, last)) gone.push_back(e);
   }
   return gone;
 }
@@ -314,7 +315,11 @@ int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
 }
 
 int close(int fd) {
-  Entry* e = forget_before_close(fd);
+  if (deferred_close::any()) {
+    if (deferred_close::owns(fd)) return syscall_result(-EBADF);  // ours, not the program's
+    deferred_close::reap();
+  }
+  Entry* e = forget_before_close(fd, static_cast<unsigned>(fd), static_cast<unsigned>(fd));
   int r = real().close(fd);
   release_after_close(e);
   return r;
@@ -335,6 +340,7 @@ int close_range(unsigned int first, unsigned int last, int flags) {
     return m;
   }();
   if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
+  if (deferred_close::any()) deferred_close::vacate(first, last);
   std::vector<Entry*> gone = forget_range(first, last);
   int r = call();
   for (Entry* e : gone) release_after_close(e);
@@ -345,6 +351,7 @@ void closefrom(int lowfd) {
   using Fn = void (*)(int);
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "closefrom"));
   if (lowfd < 0) lowfd = 0;
+  if (deferred_close::any()) deferred_close::vacate(static_cast<unsigned>(lowfd), ~0U);
   std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
   if (next) {
     next(lowfd);
@@ -378,8 +385,21 @@ static int dup_onto(int oldfd, int newfd, int r) {
   return r;
 }
 
-int dup2(int oldfd, int newfd) { return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd)); }
-int dup3(int oldfd, int newfd, int flags) { return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags)); }
+// A number we hold (deferred_close.h) is free as far as the program knows.
+static void vacate_for(int oldfd, int newfd) {
+  if (deferred_close::any() && oldfd != newfd && newfd >= 0 && !deferred_close::owns(oldfd)) {
+    deferred_close::vacate(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
+  }
+}
+
+int dup2(int oldfd, int newfd) {
+  vacate_for(oldfd, newfd);
+  return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd));
+}
+int dup3(int oldfd, int newfd, int flags) {
+  vacate_for(oldfd, newfd);
+  return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags));
+}
 
 int fcntl(int fd, int cmd, ...) {
   va_list ap;
