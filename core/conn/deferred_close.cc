@@ -6,10 +6,13 @@
 #include <poll.h>
 #include <pthread.h>
 #include <sys/resource.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_bytes_acked
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cerrno>
 #include <climits>
 #include <cstring>
@@ -17,6 +20,7 @@
 #include <vector>
 
 #include "conn/connection_internal.h"
+#include "discovery/sockdiag.h"
 #include "shm/rendezvous.h"
 #include "sys/calls.h"
 #include "sys/sys.h"
@@ -36,6 +40,7 @@ struct Held {
   int rendezvous;     // hears a refusal; -1 if none
   uint64_t deadline;  // now_ns() after which we stop waiting
   unsigned char nonce[kNonceBytes];
+  bool asked;  // unanswerable() was asked (once: it costs a netlink query)
 };
 
 // Heap-allocated and never destroyed: used from a destructor at exit, and a
@@ -87,6 +92,27 @@ bool done(Held& h, uint64_t now) {
   return true;
 }
 
+// No Ack can come any more: the server's socket has our FIN (CLOSE_WAIT)
+// and its program has not read our Hello yet (every byte we sent, and the
+// FIN's place, still queued there), so it will find the FIN with our
+// announcement gone and answer with none (Connection::handle_hello). Only
+// a peer on this host can be asked; a retransmission (bytes_sent counts it)
+// or a kernel without tcpi_bytes_sent only makes us wait.
+bool unanswerable(const Held& h) {
+  constexpr uint8_t kCloseWait = 8;  // TCP_CLOSE_WAIT
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  discovery::TcpOwner peer;
+  bool r = sys::real().getsockopt(h.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+           len >= offsetof(tcp_info, tcpi_bytes_sent) + sizeof ti.tcpi_bytes_sent && ti.tcpi_bytes_sent != 0 &&
+           discovery::Diag().tcp_peer_owner(h.fd, &peer) && peer.state == kCloseWait &&
+           peer.rqueue == ti.tcpi_bytes_sent + 1;
+  RDMASHIM_DEBUG("held fd %d: %s (sent %llu, the server's socket in state %u has %u unread)", h.fd,
+                 r ? "no Ack can come" : "waiting for the Ack", static_cast<unsigned long long>(ti.tcpi_bytes_sent),
+                 peer.state, peer.rqueue);
+  return r;
+}
+
 void release(Held& h) {
   sys::real().close(h.fd);
   if (h.rendezvous >= 0) sys::real().close(h.rendezvous);
@@ -128,7 +154,7 @@ bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous
   }
   // Our FIN leaves now, as the program's close() would have sent it.
   sys::real().shutdown(d, SHUT_WR);
-  Held h{d, r, now + uint64_t{config().setup_timeout_ms} * 1'000'000, {}};
+  Held h{d, r, now + uint64_t{config().setup_timeout_ms} * 1'000'000, {}, false};
   memcpy(h.nonce, nonce, sizeof h.nonce);
   g_list->push_back(h);
   g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
@@ -149,6 +175,17 @@ void finish_all() {
       std::lock_guard<std::mutex> lock(*g_mu);
       if (!mine()) return;
       reap_locked(now);
+      for (size_t i = 0; i < g_list->size();) {  // at exit nobody waits for what cannot come
+        Held& h = (*g_list)[i];
+        if (!h.asked && (h.asked = true, unanswerable(h))) {
+          release(h);
+          h = g_list->back();
+          g_list->pop_back();
+        } else {
+          ++i;
+        }
+      }
+      g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
       for (const Held& h : *g_list) {
         fds.push_back({h.fd, POLLIN, 0});
         if (h.rendezvous >= 0) fds.push_back({h.rendezvous, POLLIN, 0});
