@@ -138,7 +138,7 @@ Entry* forget_before_close(int fd, unsigned first, unsigned last) {
   }
   if (last_name && e->conn) {
     int saved = errno;
-    e->conn->drain_before_close(first, last);
+    if (e->conn->drain_before_close(first, last)) forget_in_epoll_sets(fd);
     RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }

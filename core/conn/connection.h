@@ -154,8 +154,9 @@ class Connection {
   // the TCP side (a Switch, a Ping, a Close), never application data. Left
   // unread, they would make the kernel answer the close with RST. A client
   // whose Ack is still due hands its socket to deferred_close.h, at a number
-  // outside [avoid_first, avoid_last] (a close_range under way; none by default).
-  void drain_before_close(unsigned avoid_first = 1, unsigned avoid_last = 0);
+  // outside [avoid_first, avoid_last] (a close_range under way; none by
+  // default), and true is returned: the socket outlives the program's close.
+  bool drain_before_close(unsigned avoid_first = 1, unsigned avoid_last = 0);
 
   // The preload saw the program set O_NONBLOCK (fcntl F_SETFL, FIONBIO: 0
   // or 1), SO_RCVTIMEO / SO_SNDTIMEO (ns, 0: none) or SO_RCVLOWAT: the new

@@ -10,10 +10,12 @@ client: per connection writes --size bytes and close()s at once, never
   reading. Checks on the program's view of descriptors after close: the
   closed number is the lowest free one again (a new open() gets it); any
   socket left in /proc/self/fd that we did not open is rdmashim's and
-  close() of it fails with EBADF; dup2() onto it works. --half-close:
+  close() of it fails with EBADF; dup2() onto it works. --epoll: the socket
+  was in an epoll set since before connect(): the set never reports it after
+  close(). --half-close:
   shutdown(SHUT_WR) instead, then reads the server's reply to EOF.
 """
-import argparse, errno, json, os, socket, sys, time
+import argparse, errno, json, os, select, socket, sys, time
 
 
 def pattern(conn, size):
@@ -64,7 +66,15 @@ def client(a):
     bad = []
     start = time.monotonic()
     for conn in range(a.count):
-        s = socket.create_connection(('127.0.0.1', a.port))
+        if a.epoll:
+            # In an epoll set from before connect() (as asio's async_connect):
+            # after close() the set must never report it again.
+            s = socket.socket()
+            ep = select.epoll()
+            ep.register(s.fileno(), select.EPOLLIN | select.EPOLLOUT)
+            s.connect(('127.0.0.1', a.port))
+        else:
+            s = socket.create_connection(('127.0.0.1', a.port))
         if a.half_close:
             s.sendall(pattern(conn, a.size))
             s.shutdown(socket.SHUT_WR)
@@ -82,6 +92,11 @@ def client(a):
         fd = s.detach()
         s_sendall(fd, pattern(conn, a.size))
         os.close(fd)
+        if a.epoll:
+            stale = ep.poll(0.2)
+            if stale:
+                bad.append('conn %d: epoll reported closed fd %d: %r' % (conn, fd, stale))
+            ep.close()
         n = os.open('/dev/null', os.O_RDONLY)
         if n != fd:
             bad.append('conn %d: closed %d, the next open() got %d' % (conn, fd, n))
@@ -116,6 +131,7 @@ def main():
     p.add_argument('--late-ms', type=int, default=0)
     p.add_argument('--reply', action='store_true')
     p.add_argument('--half-close', action='store_true')
+    p.add_argument('--epoll', action='store_true')
     a = p.parse_args()
     return server(a) if a.role == 'server' else client(a)
 

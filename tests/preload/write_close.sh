@@ -2,16 +2,20 @@
 # Clients that write and close without ever reading (nc -q0), both ends under
 # rdmashim (tests/preload/write_close.py; tests/interleave README,
 # "unread-ack-reset"). Every byte and a clean EOF must reach the server:
-#   late:   the server reads 150 ms after accept, when the client has closed
-#           (and the last one exited): its Hello is answered by no Ack, and
-#           the client neither waits for one (exit well under the setup
-#           timeout of 5 s) nor draws an RST.
+#   late:   the server reads 400 ms after each accept, when the client has
+#           closed (and exited): its Hello is answered by no Ack, and the
+#           client neither draws an RST nor waits at exit for the server
+#           (under 250 ms from its last line to its exit; the setup timeout
+#           is 5 s), as a server that has not read the Hello can send none.
 #   prompt: the server reads at once (its Ack races the client's close).
+#   epoll:  the server reads 50 ms late; the client's socket is in an epoll
+#           set since before connect() (asio's async_connect): the set never
+#           reports it after close() (the held socket is dropped from it).
 #   half-close: shutdown(SHUT_WR), then the reply read to EOF: still
 #           upgraded (the client kept its announcement), every connection shm.
 # In the client, a closed number is the lowest free one again, rdmashim's
 # held socket closes with EBADF and can be dup2()'d over.
-# usage: write_close.sh late|prompt|half-close
+# usage: write_close.sh late|prompt|epoll|half-close
 set -euo pipefail
 mode=$1
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
@@ -22,8 +26,9 @@ count=20 size=200000 late=0 reply=() client=()
 case $mode in
   late) count=4 late=400 size=1000 ;;
   prompt) ;;
+  epoll) count=6 late=50 size=1000 client=(--epoll) ;;
   half-close) reply=(--reply) client=(--half-close) ;;
-  *) echo "usage: $0 late|prompt|half-close" >&2; exit 2 ;;
+  *) echo "usage: $0 late|prompt|epoll|half-close" >&2; exit 2 ;;
 esac
 export RDMASHIM_SETUP_TIMEOUT_MS=5000
 run=("$build/bin/rdmashim" run --log ${WC_LOG:-info} --)
@@ -55,7 +60,7 @@ case $mode in
     n=$(grep -c '(server) -> tcp:setup-failed$' "$work/server.log" || true)
     [ "$n" = "$count" ] || { echo "FAIL: $n of $count server connections refused the Ack"; cat "$work/server.log"; exit 1; }
     [ "$exit_ms" -lt 250 ] || { echo "FAIL: the client waited $exit_ms ms at exit (for the server)"; exit 1; } ;;
-  prompt)
+  prompt|epoll)
     # Either way is fine here (the Ack races the close), but at least some
     # connection saw a Hello: no report may be tcp:peer-plain.
     ! grep -q 'tcp:peer-plain' "$work/server.log" || { echo "FAIL: a Hello was not seen"; exit 1; }
