@@ -17,6 +17,7 @@
 #include <climits>
 #include <cstring>
 #include <mutex>
+#include <new>
 #include <vector>
 
 #include "conn/connection_internal.h"
@@ -236,7 +237,7 @@ void vacate(unsigned first, unsigned last) {
 }
 
 void after_fork_child() {
-  g_mu = new std::mutex;  // the parent's may have been held at fork: leaked on purpose
+  new (g_mu) std::mutex;  // the parent's may have been held at fork by another thread
   if (g_owner != 0) {
     for (Held& h : *g_list) release(h);  // our copies only: the parent's stay open
   }
