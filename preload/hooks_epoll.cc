@@ -512,6 +512,21 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
   return ready;
 }
 
+void forget_in_epoll_sets(int fd) {
+  std::vector<std::pair<int, std::shared_ptr<EpollSet>>> sets;
+  table().for_each_fd([&](int epfd) {
+    Ref e = table().get(epfd);
+    if (e && e->kind.load() == Entry::Kind::kEpoll && e->epoll) sets.emplace_back(epfd, e->epoll);
+  });
+  for (auto& [epfd, set] : sets) {
+    std::lock_guard<std::mutex> lock(set->mu);
+    size_t before = set->regs.size() + set->natives.size();
+    std::erase_if(set->regs, [&](const std::unique_ptr<EpollReg>& r) { return r->fd == fd && !r->inner(); });
+    drop_native(*set, fd);
+    if (set->regs.size() + set->natives.size() != before) real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+  }
+}
+
 }  // namespace rdmashim::preload
 
 extern "C" {

@@ -25,6 +25,7 @@
 #include <string>
 #include <vector>
 
+#include "conn/deferred_close.h"
 #include "preload.h"
 #include "util/log.h"
 
@@ -80,6 +81,8 @@ std::string inherit_entry() {
 
 // envp with our entry replacing any old one. The strings live in `keep`.
 std::vector<char*> with_inherit(char* const envp[], std::string& keep) {
+  // Sockets held for their Ack are close-on-exec: they finish first.
+  if (deferred_close::any()) deferred_close::finish_all();
   std::vector<char*> out;
   keep = inherit_entry();
   for (char* const* p = envp; p && *p; ++p) {

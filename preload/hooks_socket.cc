@@ -23,6 +23,7 @@
 #include <utility>
 #include <vector>
 
+#include "conn/deferred_close.h"
 #include "discovery/registry.h"
 #include "discovery/short_lived.h"
 #include "preload.h"
@@ -140,7 +141,7 @@ int track_accepted(int listener, int fd) {
 // close() of fd is about to happen: forgets the name, and if it was the
 // connection's last, lets it finish what must precede the kernel's close.
 // Returns the table's reference, for release_after_close().
-Entry* forget_before_close(int fd) {
+Entry* forget_before_close(int fd, unsigned first, unsigned last) {
   Entry* e = table().take(fd);
   if (!e) return nullptr;
   detach(fd, e);
@@ -151,7 +152,7 @@ Entry* forget_before_close(int fd) {
   }
   if (last_name && e->conn) {
     int saved = errno;
-    e->conn->drain_before_close();
+    if (e->conn->drain_before_close(first, last)) forget_in_epoll_sets(fd);
     RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }
@@ -177,7 +178,7 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
   });
   std::vector<Entry*> gone;
   for (int fd : fds) {
-    if (Entry* e = forget_before_close(fd)) gone.push_back(e);
+    if (Entry* e = forget_before_close(fd, first, last)) gone.push_back(e);
   }
   return gone;
 }
@@ -362,7 +363,11 @@ int close(int fd) {
   // One of ours (a doorbell, say) is no descriptor the program opened: on
   // TCP that number would not be open (a daemon closing every number).
   if (fds::is_ours(fd)) return syscall_result(-EBADF);
-  Entry* e = forget_before_close(fd);
+  if (deferred_close::any()) {
+    if (deferred_close::owns(fd)) return syscall_result(-EBADF);  // ours, not the program's
+    deferred_close::reap();
+  }
+  Entry* e = forget_before_close(fd, static_cast<unsigned>(fd), static_cast<unsigned>(fd));
   int r = real().close(fd);
   release_after_close(e);
   return r;
@@ -383,6 +388,7 @@ int close_range(unsigned int first, unsigned int last, int flags) {
     return m;
   }();
   if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
+  if (deferred_close::any()) deferred_close::vacate(first, last);
   std::vector<Entry*> gone = forget_range(first, last);
   // Our own descriptors in the range (a connection's doorbells) stay open:
   // the program closes what it opened.
@@ -402,6 +408,7 @@ void closefrom(int lowfd) {
   using Fn = void (*)(int);
   static Fn next = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, "closefrom"));
   if (lowfd < 0) lowfd = 0;
+  if (deferred_close::any()) deferred_close::vacate(static_cast<unsigned>(lowfd), ~0U);
   std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
   // As close_range: ours stay. Below the last of ours one gap at a time
   // (close_range, else each number), then glibc's closefrom for the rest.
@@ -442,8 +449,21 @@ static int dup_onto(int oldfd, int newfd, int r) {
   return r;
 }
 
-int dup2(int oldfd, int newfd) { return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd)); }
-int dup3(int oldfd, int newfd, int flags) { return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags)); }
+// A number we hold (deferred_close.h) is free as far as the program knows.
+static void vacate_for(int oldfd, int newfd) {
+  if (deferred_close::any() && oldfd != newfd && newfd >= 0 && !deferred_close::owns(oldfd)) {
+    deferred_close::vacate(static_cast<unsigned>(newfd), static_cast<unsigned>(newfd));
+  }
+}
+
+int dup2(int oldfd, int newfd) {
+  vacate_for(oldfd, newfd);
+  return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd));
+}
+int dup3(int oldfd, int newfd, int flags) {
+  vacate_for(oldfd, newfd);
+  return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags));
+}
 
 int fcntl(int fd, int cmd, ...) {
   va_list ap;

@@ -40,6 +40,11 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, 
 // All names must be one socket (checked); the first becomes the connection's.
 // With a state from Connection::describe_for_exec() the connection continues
 // on its ring; without, it starts as a fresh accepted socket.
+// fd is about to be closed while rdmashim keeps its socket open (a client
+// held for its Ack, conn/deferred_close.h): the kernel drops a socket from
+// every epoll set only at its last close, so we do it here, or the sets
+// would report it, with the program's data, after the program closed it.
+void forget_in_epoll_sets(int fd);
 void adopt_socket(const std::vector<int>& names, const std::string& state);
 void adopt_inherited();
 

@@ -15,6 +15,7 @@
 #include <new>
 
 #include "conn/connection_internal.h"
+#include "conn/deferred_close.h"
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
@@ -111,14 +112,22 @@ void Connection::update_passthrough() {
 // ---------------------------------------------------------------------------
 // Shutdown and close
 
-void Connection::drain_before_close() {
-  if (orphaned_) return;  // the TCP side's frames are the parent's
+bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
+  if (orphaned_) return false;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   flush_tx();
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
-  if (!rx.owns_lock()) return;
+  if (!rx.owns_lock()) return false;
   discard_unread_handshake();
+  // Our Hello is out and its Ack not here yet: on a closed socket it would
+  // draw an RST. Held until it came (unless another process has the socket:
+  // it may still read the Ack, and our close sends no FIN then).
+  if (role_ == Role::kClient && rx_ == Rx::kAwaitAck && !forked_.load(std::memory_order_relaxed) &&
+      deferred_close::hold(fd(), nonce_, std::move(rendezvous_fd_), avoid_first, avoid_last)) {
+    announce_.reset();  // closed, not just shut down: a server that sees this sends no Ack
+    return true;
+  }
   // A DATA header is left for a sibling process that still reads the stream:
   // peek first. A read/write program that shares nothing takes frames as
   // they come (a DATA payload left unread resets the close, as on TCP).
@@ -156,6 +165,7 @@ void Connection::drain_before_close() {
     RDMASHIM_DEBUG("fd %d: closing with %d unread TCP bytes (rx %d, tx %d, frame_left %u, hdr %u)", fd(), left,
                static_cast<int>(rx_), static_cast<int>(tx_), rx_frame_left_, rx_hdr_have_);
   }
+  return false;
 }
 
 // Our ring writes in flight must land before the peer sees our FIN or Close.

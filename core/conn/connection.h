@@ -154,8 +154,11 @@ class Connection {
 
   // Before the last close: consumes rdmashim's own frames still waiting on
   // the TCP side (a Switch, a Ping, a Close), never application data. Left
-  // unread, they would make the kernel answer the close with RST.
-  void drain_before_close();
+  // unread, they would make the kernel answer the close with RST. A client
+  // whose Ack is still due hands its socket to deferred_close.h, at a number
+  // outside [avoid_first, avoid_last] (a close_range under way; none by
+  // default), and true is returned: the socket outlives the program's close.
+  bool drain_before_close(unsigned avoid_first = 1, unsigned avoid_last = 0);
 
   // The preload saw the program set O_NONBLOCK (fcntl F_SETFL, FIONBIO: 0
   // or 1), SO_RCVTIMEO / SO_SNDTIMEO (ns, 0: none) or SO_RCVLOWAT: the new
@@ -341,6 +344,7 @@ class Connection {
   TxWant tx_want_ = TxWant::kNone;
   bool tx_held_ = false;  // the thread holding rx_mu_ holds tx_mu_ as well
   std::atomic<bool> io_started_{false};
+  std::atomic<bool> forked_{false};  // another process may hold the socket too
   std::atomic<bool> in_setup_{true};
   std::atomic<bool> passthrough_{false};
   stats::Outcome outcome_ = stats::Outcome::kTcpNotAdvertised;

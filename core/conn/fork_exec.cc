@@ -15,6 +15,7 @@
 namespace rdmashim {
 
 void Connection::settle_before_fork() {
+  forked_.store(true, std::memory_order_relaxed);
   if (io_started_.load(std::memory_order_relaxed)) settle_handshake();
 }
 
@@ -138,6 +139,7 @@ void Connection::follow_sibling_switches() {
 void Connection::on_fork_child() {
   // The cached options stay true (one open file): a sibling that changes
   // them moves the transport's options generation (see cacheable()).
+  forked_.store(true, std::memory_order_relaxed);
   if (!transport_) return;
   if (transport_->survives_fork()) {
     transport_->add_user();

@@ -235,17 +235,19 @@ void Connection::rcvlowat_changed(int value) {
   if (want != v && sys::real().setsockopt(fd_, SOL_SOCKET, SO_RCVLOWAT, &want, sizeof want) == 0) raised_lowat_ = want;
 }
 
+size_t conn_internal::ack_extent(const unsigned char* m) {
+  wire::Ack a;
+  memcpy(&a, m, sizeof a);
+  return sizeof a + (a.transport == wire::kTransportVerbs ? sizeof(wire::ParamsFrame) : 0);
+}
+
 namespace {
 size_t hello_extent(const unsigned char* m) {
   wire::Hello h;
   memcpy(&h, m, sizeof h);
   return sizeof h + ((h.transports & wire::kTransportVerbs) ? sizeof(wire::ParamsFrame) : 0);
 }
-size_t ack_extent(const unsigned char* m) {
-  wire::Ack a;
-  memcpy(&a, m, sizeof a);
-  return sizeof a + (a.transport == wire::kTransportVerbs ? sizeof(wire::ParamsFrame) : 0);
-}
+using conn_internal::ack_extent;
 // The Params after a Hello or Ack, if the message has a valid one.
 bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
   if (len != 64 + sizeof(wire::ParamsFrame)) return false;
@@ -338,6 +340,21 @@ void Connection::await_hello_before_speaking() {
 void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* params) {
   rx_ = Rx::kFramed;
   if (tx_ != Tx::kUndecided) return;  // we spoke first: no Ack; the client will send Plain
+  // The client already closed (it wrote and closed, nc -q0): its FIN is
+  // here and its announcement withdrawn (a client that only shut down
+  // writing keeps it). It holds its socket for our Ack (deferred_close.h);
+  // we send none (we stay raw) and tell its rendezvous so, and it lets go
+  // at once. A peer on another host cannot be asked: it gets its Ack.
+  pollfd fin{fd_, POLLRDHUP, 0};
+  bool local = false;
+  if (sys::real().poll(&fin, 1, 0) == 1 && (fin.revents & POLLRDHUP) && !discovery::client_announced(fd_, &local) &&
+      local) {
+    RDMASHIM_DEBUG("fd %d: the client closed before our Ack: staying on TCP", fd());
+    if (hello.transports & wire::kTransportShm) shm::send_refusal(hello.rendezvous, hello.nonce);
+    tx_ = Tx::kRaw;
+    settle(stats::Outcome::kTcpSetupFailed);
+    return;
+  }
 
   struct {
     wire::Ack ack;

@@ -125,6 +125,7 @@ bool Diag::tcp_owner(const Endpoint& local, const Endpoint& remote, TcpOwner* ou
   out->uid = m.idiag_uid;
   out->inode = m.idiag_inode;
   out->state = m.idiag_state;
+  out->rqueue = m.idiag_rqueue;
   return true;
 }
 

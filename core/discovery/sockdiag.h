@@ -31,6 +31,7 @@ struct TcpOwner {
   uint32_t uid = 0;
   uint32_t inode = 0;
   uint8_t state = 0;  // TCP_LISTEN, TCP_ESTABLISHED, ...
+  uint32_t rqueue = 0;  // bytes received and not read yet (a connected socket)
 };
 
 // One netlink socket for a few queries.

@@ -134,6 +134,36 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
   return 0;
 }
 
+void send_refusal(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]) {
+  const auto& sys = sys::real();
+  UniqueFd fd(sys.socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!fd) return;
+  sockaddr_un addr;
+  socklen_t len = make_address(name, &addr);
+  if (sys.sendto(fd.get(), nonce, kNonceBytes, MSG_NOSIGNAL | MSG_DONTWAIT, reinterpret_cast<sockaddr*>(&addr), len) < 0) {
+    RDMASHIM_DEBUG("shm refusal: sendto the client's rendezvous failed: %s", strerror(errno));
+  }
+}
+
+int take_refusal(int socket) {
+  const auto& sys = sys::real();
+  for (;;) {
+    Handoff h;
+    ssize_t n = sys.recvmsg(socket, &h.msg, MSG_DONTWAIT | MSG_CMSG_CLOEXEC);
+    if (n < 0) return errno == EAGAIN || errno == EWOULDBLOCK ? 0 : -errno;
+    for (cmsghdr* c = CMSG_FIRSTHDR(&h.msg); c; c = CMSG_NXTHDR(&h.msg, c)) {
+      if (c->cmsg_level != SOL_SOCKET || c->cmsg_type != SCM_RIGHTS) continue;
+      size_t nfds = (c->cmsg_len - CMSG_LEN(0)) / sizeof(int);
+      for (size_t i = 0; i < nfds; ++i) {
+        int fd;
+        memcpy(&fd, CMSG_DATA(c) + i * sizeof(int), sizeof fd);
+        sys.close(fd);  // a handover: an Ack follows, and nobody maps it now
+      }
+    }
+    if (n == static_cast<ssize_t>(kNonceBytes)) return 1;  // the filter checked the nonce
+  }
+}
+
 namespace {
 
 // The rendezvous socket becomes the client's doorbell: connected to the

@@ -47,6 +47,14 @@ int send_descriptors(const unsigned char (&name)[kNameBytes], const unsigned cha
                      const unsigned char (&token)[kTokenBytes], const int (&fds)[kHandoffFds],
                      UniqueFd* doorbell);
 
+// Server side: tells a client that no Ack follows its Hello (it had shut
+// down writing before we answered): one datagram of just the nonce, no
+// descriptors. Best effort; nothing is waited for.
+void send_refusal(const unsigned char (&name)[kNameBytes], const unsigned char (&nonce)[kNonceBytes]);
+// Client side, for a socket held after close (conn/deferred_close.h): 1 if a
+// refusal came, 0 if nothing did, -errno; descriptors that came are closed.
+int take_refusal(int socket);
+
 // Client side: takes the descriptors that came with the nonce and token from
 // a process of user `sender_uid`, discarding anything else. Non-blocking: the
 // server sends before its Ack, so by the time the client read the Ack the

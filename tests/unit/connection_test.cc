@@ -14,6 +14,8 @@
 #include <vector>
 
 #include "conn/connection.h"
+#include "conn/deferred_close.h"
+#include "discovery/registry.h"
 #include "shm/rendezvous.h"
 #include "wire/wire.h"
 
@@ -402,7 +404,9 @@ TEST(Connection, ClientLogsTheReasonOfANegativeAck) {
 // the server's end (for the rendezvous credentials) while that end existed.
 TEST(Connection, ClientAttachesAfterTheServerClosedItsEnd) {
   TcpPair t;
-  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  // Announced, as the preload's clients are: a client that shut down writing
+  // but is still there (a closed one withdraws it and gets no Ack).
+  std::unique_ptr<Connection> client(Connection::make_client(t.client, discovery::announce_client(t.client)));
   ASSERT_TRUE(client);
   ASSERT_EQ(client->shutdown(SHUT_WR), 0);  // then the server's FIN closes our socket: no peer name left
   {
@@ -422,6 +426,32 @@ TEST(Connection, ClientAttachesAfterTheServerClosedItsEnd) {
   EXPECT_EQ(err, 0);
   EXPECT_EQ(std::string(got.begin(), got.end()), "banner");
   EXPECT_STREQ(client->transport_name(), "shm");
+}
+
+// A client that writes and closes before the Ack (nc -q0): its socket is held
+// (deferred_close.h), the server finds its FIN with no announcement, sends no
+// Ack but a refusal on the rendezvous, and reads every byte and a clean EOF;
+// the held socket goes at the next look.
+TEST(Connection, ClientClosedBeforeTheAckGetsNoneAndIsLetGo) {
+  TcpPair t;
+  std::unique_ptr<Connection> client(Connection::make_client(t.client));
+  ASSERT_TRUE(client);
+  auto data = pattern(5000, 11);
+  ASSERT_EQ(send_all(*client, data.data(), data.size()), 5000);
+  client->drain_before_close();
+  EXPECT_TRUE(deferred_close::any());
+  close(t.client);  // the program's number goes; the held duplicate stays
+  client.reset();
+  t.client = -1;
+  usleep(10000);  // our FIN is at the server
+  std::unique_ptr<Connection> server(Connection::make_server(t.server));
+  int err = 0;
+  auto got = recv_to_eof(*server, &err);
+  EXPECT_EQ(err, 0);
+  EXPECT_EQ(got, data);
+  EXPECT_STREQ(server->transport_name(), "tcp:setup-failed");
+  deferred_close::reap();  // the refusal is on the rendezvous
+  EXPECT_FALSE(deferred_close::any());
 }
 
 TEST(Wire, HelloWithOnlyOptionalFlagsIsUnderstood) {

@@ -1,0 +1,256 @@
+// Client sockets held after the program's close until their Ack came (see
+// deferred_close.h): one process-wide list, under one lock.
+#include "conn/deferred_close.h"
+
+#include <fcntl.h>
+#include <poll.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <netinet/in.h>
+#include <linux/tcp.h>  // tcp_info with tcpi_bytes_acked
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstddef>
+#include <cerrno>
+#include <climits>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <vector>
+
+#include "conn/connection_internal.h"
+#include "discovery/sockdiag.h"
+#include "shm/rendezvous.h"
+#include "sys/calls.h"
+#include "sys/sys.h"
+#include "util/config.h"
+#include "util/log.h"
+#include "util/misc.h"
+#include "wire/wire.h"
+
+namespace rdmashim::deferred_close {
+
+std::atomic<int> g_held{0};
+
+namespace {
+
+struct Held {
+  int fd;             // the duplicate of the program's socket, shut down for writing
+  int rendezvous;     // hears a refusal; -1 if none
+  uint64_t deadline;  // now_ns() after which we stop waiting
+  unsigned char nonce[kNonceBytes];
+  bool asked;  // unanswerable() was asked (once: it costs a netlink query)
+};
+
+// Heap-allocated and never destroyed: used from a destructor at exit, and a
+// forked child replaces the lock another thread may have held at fork.
+std::mutex* g_mu = new std::mutex;
+std::vector<Held>* g_list = new std::vector<Held>;
+pid_t g_owner = 0;  // the process the list belongs to (a vfork child must not touch it)
+
+bool in(int fd, unsigned first, unsigned last) {
+  return fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last;
+}
+
+// A duplicate of fd away from [first, last], close-on-exec; high, so the
+// program's lowest-free numbers stay as they were without us (capped: a
+// huge RLIMIT_NOFILE must not grow the descriptor table to match).
+int dup_away(int fd, unsigned first, unsigned last) {
+  constexpr rlim_t kHighCap = 1024;
+  rlimit rl{};
+  long base = fd + 1;
+  if (getrlimit(RLIMIT_NOFILE, &rl) == 0) base = std::max<long>(base, static_cast<long>(std::min(rl.rlim_cur / 2, kHighCap)));
+  long bases[2] = {base, last < INT_MAX ? static_cast<long>(last) + 1 : -1};
+  for (long b : bases) {
+    if (b < 0 || b > INT_MAX) continue;
+    int d = sys::real().fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(b));
+    if (d < 0) continue;
+    if (!in(d, first, last)) return d;
+    sys::real().close(d);
+  }
+  return -1;
+}
+
+// The held socket no longer needs holding.
+bool done(Held& h, uint64_t now) {
+  if (now >= h.deadline) return true;
+  if (h.rendezvous >= 0 && shm::take_refusal(h.rendezvous) != 0) return true;
+  unsigned char m[wire::kMaxHandshakeMessage];
+  ssize_t n = sys::real().recv(h.fd, m, sizeof m, MSG_PEEK | MSG_DONTWAIT);
+  if (n < 0) return errno != EAGAIN && errno != EWOULDBLOCK && errno != EINTR;  // reset
+  if (n == 0) return true;  // the server closed: nothing more comes
+  size_t have = static_cast<size_t>(n);
+  if (memcmp(m, wire::kAckMagic, std::min(have, sizeof wire::kAckMagic)) != 0) return true;  // application bytes
+  if (have < sizeof(wire::Ack)) return false;
+  wire::Ack ack;
+  memcpy(&ack, m, sizeof ack);
+  if (memcmp(ack.nonce, h.nonce, sizeof h.nonce) != 0) return true;
+  size_t len = conn_internal::ack_extent(m);
+  if (have < len) return false;
+  sys::real().recv(h.fd, m, len, MSG_DONTWAIT);  // ours: consumed, so the close is clean
+  return true;
+}
+
+// No Ack can come any more: the server's socket has our FIN (CLOSE_WAIT)
+// and its program has not read our Hello yet (every byte we sent, and the
+// FIN's place, still queued there), so it will find the FIN with our
+// announcement gone and answer with none (Connection::handle_hello). Only
+// a peer on this host can be asked; a retransmission (bytes_sent counts it)
+// or a kernel without tcpi_bytes_sent only makes us wait.
+bool unanswerable(const Held& h) {
+  constexpr uint8_t kCloseWait = 8;  // TCP_CLOSE_WAIT
+  tcp_info ti{};
+  socklen_t len = sizeof ti;
+  discovery::TcpOwner peer;
+  bool r = sys::real().getsockopt(h.fd, IPPROTO_TCP, TCP_INFO, &ti, &len) == 0 &&
+           len >= offsetof(tcp_info, tcpi_bytes_sent) + sizeof ti.tcpi_bytes_sent && ti.tcpi_bytes_sent != 0 &&
+           discovery::Diag().tcp_peer_owner(h.fd, &peer) && peer.state == kCloseWait &&
+           peer.rqueue == ti.tcpi_bytes_sent + 1;
+  RDMASHIM_DEBUG("held fd %d: %s (sent %llu, the server's socket in state %u has %u unread)", h.fd,
+                 r ? "no Ack can come" : "waiting for the Ack", static_cast<unsigned long long>(ti.tcpi_bytes_sent),
+                 peer.state, peer.rqueue);
+  return r;
+}
+
+void release(Held& h) {
+  sys::real().close(h.fd);
+  if (h.rendezvous >= 0) sys::real().close(h.rendezvous);
+}
+
+// g_mu held.
+void reap_locked(uint64_t now) {
+  auto& l = *g_list;
+  for (size_t i = 0; i < l.size();) {
+    if (done(l[i], now)) {
+      release(l[i]);
+      l[i] = l.back();
+      l.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  g_held.store(static_cast<int>(l.size()), std::memory_order_relaxed);
+}
+
+bool mine() { return g_owner == getpid(); }
+
+}  // namespace
+
+bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous, unsigned avoid_first,
+          unsigned avoid_last) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
+  std::lock_guard<std::mutex> lock(*g_mu);
+  uint64_t now = now_ns();
+  if (g_owner == 0) g_owner = getpid();  // first use in this process
+  if (!mine()) return false;              // a vfork child: the list is its parent's
+  reap_locked(now);
+  int d = dup_away(fd, avoid_first, avoid_last);
+  if (d < 0) return false;
+  int r = -1;
+  if (rendezvous) {
+    r = dup_away(rendezvous.get(), avoid_first, avoid_last);  // its low number is freed with the Connection
+  }
+  // Our FIN leaves now, as the program's close() would have sent it.
+  sys::real().shutdown(d, SHUT_WR);
+  Held h{d, r, now + uint64_t{config().setup_timeout_ms} * 1'000'000, {}, false};
+  memcpy(h.nonce, nonce, sizeof h.nonce);
+  g_list->push_back(h);
+  g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
+  RDMASHIM_DEBUG("fd %d: closed before the server's Ack: held as fd %d until it comes", fd, d);
+  return true;
+}
+
+void reap() {
+  std::lock_guard<std::mutex> lock(*g_mu);
+  if (mine()) reap_locked(now_ns());
+}
+
+void finish_all() {
+  for (;;) {
+    std::vector<pollfd> fds;
+    uint64_t now = now_ns(), until = UINT64_MAX;
+    {
+      std::lock_guard<std::mutex> lock(*g_mu);
+      if (!mine()) return;
+      reap_locked(now);
+      for (size_t i = 0; i < g_list->size();) {  // at exit nobody waits for what cannot come
+        Held& h = (*g_list)[i];
+        if (!h.asked && (h.asked = true, unanswerable(h))) {
+          release(h);
+          h = g_list->back();
+          g_list->pop_back();
+        } else {
+          ++i;
+        }
+      }
+      g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
+      for (const Held& h : *g_list) {
+        fds.push_back({h.fd, POLLIN, 0});
+        if (h.rendezvous >= 0) fds.push_back({h.rendezvous, POLLIN, 0});
+        until = std::min(until, h.deadline);
+      }
+    }
+    if (fds.empty()) return;
+    int ms = static_cast<int>(std::min<uint64_t>((until - std::min(until, now)) / 1'000'000 + 1, INT_MAX));
+    sys::wait(fds.data(), fds.size(), ms);
+  }
+}
+
+bool owns(int fd) {
+  std::lock_guard<std::mutex> lock(*g_mu);
+  if (!mine()) return false;
+  for (const Held& h : *g_list) {
+    if (h.fd == fd || h.rendezvous == fd) return true;
+  }
+  return false;
+}
+
+void vacate(unsigned first, unsigned last) {
+  std::lock_guard<std::mutex> lock(*g_mu);
+  if (!mine()) return;
+  auto& l = *g_list;
+  for (size_t i = 0; i < l.size();) {
+    Held& h = l[i];
+    if (in(h.rendezvous, first, last)) {
+      int d = dup_away(h.rendezvous, first, last);
+      sys::real().close(h.rendezvous);
+      h.rendezvous = d;
+    }
+    if (in(h.fd, first, last)) {
+      int d = dup_away(h.fd, first, last);
+      if (d < 0) {  // nowhere to go: let go now (an Ack landing later draws the RST)
+        done(h, now_ns());
+        release(h);
+        l[i] = l.back();
+        l.pop_back();
+        continue;
+      }
+      sys::real().close(h.fd);
+      h.fd = d;
+    }
+    ++i;
+  }
+  g_held.store(static_cast<int>(l.size()), std::memory_order_relaxed);
+}
+
+void after_fork_child() {
+  new (g_mu) std::mutex;  // the parent's may have been held at fork by another thread
+  if (g_owner != 0) {
+    for (Held& h : *g_list) release(h);  // our copies only: the parent's stay open
+  }
+  g_list->clear();
+  g_owner = 0;
+  g_held.store(0, std::memory_order_relaxed);
+}
+
+namespace {
+// exit(): the held sockets must not be dropped with an Ack on its way.
+__attribute__((destructor)) void finish_at_exit() {
+  if (any()) finish_all();
+}
+}  // namespace
+
+}  // namespace rdmashim::deferred_close

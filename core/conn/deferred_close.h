@@ -1,0 +1,52 @@
+// A client that writes and closes without ever reading (a one-way sender,
+// `nc -q0`) closes before its server's Ack came. On TCP its server never
+// sends anything; here the Ack would land on a closed socket, whose kernel
+// answers with RST, and the server would lose the bytes it had not read yet
+// or see ECONNRESET where EOF was due. So the last close of such a socket
+// keeps it: the socket is duplicated at a number of its own (high, close on
+// exec), shut down for writing (the FIN leaves exactly when close() would
+// have sent it), and the program's number is closed and free at once. The
+// held socket is closed once the Ack came (consumed first, so no RST), the
+// server said on the rendezvous that no Ack follows (it saw our FIN first:
+// Connection::handle_hello), the server closed or reset, application bytes
+// came instead (TCP would reset there too), or the setup timeout passed.
+//
+// This list owns every held socket and rendezvous. It is looked at (never
+// waited on) at later closes and new client connections, and waited on, up
+// to each deadline, at exit and before exec (close-on-exec would drop them).
+// A forked child closes its copies at once; the parent keeps owning them.
+// Numbers the program closes or replaces are moved away first (close() of
+// one of ours is EBADF, as it would be without rdmashim).
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+
+#include "util/unique_fd.h"
+
+namespace rdmashim::deferred_close {
+
+constexpr size_t kNonceBytes = 16;
+
+// Takes over `fd` (the program closes its number right after) until the Ack
+// for `nonce` came; `rendezvous` hears a refusal. The duplicate avoids
+// [avoid_first, avoid_last] (a close_range the program is making). false:
+// nothing held (no descriptor left, ...), the caller closes as before.
+bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous, unsigned avoid_first,
+          unsigned avoid_last);
+
+extern std::atomic<int> g_held;
+inline bool any() { return g_held.load(std::memory_order_relaxed) != 0; }
+
+// Closes what is done, without waiting.
+void reap();
+// Waits until every held socket is done or its deadline passed (exit, exec).
+void finish_all();
+// fd is one of ours: the program does not have it.
+bool owns(int fd);
+// The program is about to close or replace [first, last]: ours move away.
+void vacate(unsigned first, unsigned last);
+// In a forked child: the copies are the parent's to finish.
+void after_fork_child();
+
+}  // namespace rdmashim::deferred_close
