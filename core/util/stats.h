@@ -73,6 +73,8 @@ static_assert(sizeof(Slot) == 256);
 // 80  slots     u32 rows in the table (kSlots)
 // 84  pad       u32
 // 88  unlisted  u64 live connections without a row (the table was full)
+// 96  verbs_registered u64 bytes registered with the RDMA device (pinned)
+// 104 verbs_pooled     u64 of which kept for reuse by the next connection
 // 256 slot      Slot[kSlots]
 struct Page {
   uint64_t magic;
@@ -82,7 +84,8 @@ struct Page {
   uint32_t slots;
   uint32_t pad;
   std::atomic<uint64_t> unlisted;
-  unsigned char pad2[256 - 96];
+  std::atomic<uint64_t> verbs_registered, verbs_pooled;
+  unsigned char pad2[256 - 112];
   Slot slot[255];
 };
 constexpr uint64_t kPageMagic = 0x7374617473686d72ull;  // "rmhstats"
@@ -92,9 +95,12 @@ constexpr size_t kPageBytes = 65536;
 constexpr size_t kPageV1Bytes = 4096;
 constexpr const char kMemfdName[] = "rdmashim-stats";
 static_assert(sizeof(Page) == kPageBytes);
-static_assert(offsetof(Page, slots) == 16 + 8 * kOutcomes);
+static_assert(offsetof(Page, slots) == 16 + 8 * kOutcomes && offsetof(Page, verbs_registered) == 96);
 
 const char* name(Outcome o);
+// The verbs device's registered memory, as verbs::Device counts it. Written
+// into the page if there is one (never creates it).
+void set_verbs_memory(uint64_t registered, uint64_t pooled);
 void count(Outcome o);
 uint64_t get(Outcome o);
 // In a child after fork(): the inherited page is the parent's; start anew

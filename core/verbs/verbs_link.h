@@ -27,46 +27,30 @@
 #include "link/link.h"
 #include "ring/ring_limits.h"
 #include "verbs/device.h"
+#include "verbs/params.h"
 #include "wire/wire.h"
 
 namespace rdmashim::verbs {
 
 void* heartbeat_loop(void*);
 
-// What the peer needs to reach our ring, exchanged in a Params frame.
-//  0  qpn        u32
-//  4  psn        u32
-//  8  gid[16]
-// 24  addr       u64 our rx ring's address
-// 32  rkey       u32
-// 36  ring_size  u32
-// 40  lid        u16
-// 42  mtu        u8  (enum ibv_mtu)
-// 43  reserved   u8[5]
-struct Params {
-  uint32_t qpn;
-  uint32_t psn;
-  unsigned char gid[16];
-  uint64_t addr;
-  uint32_t rkey;
-  uint32_t ring_size;
-  uint16_t lid;
-  uint8_t mtu;
-  uint8_t reserved[5];
-};
 static_assert(kMaxRingSize < (uint64_t{1} << 30), "positions travel modulo 2^31 in immediate data");
 static_assert(kMaxRingSize <= UINT32_MAX, "Params carries the ring size in a u32");
 static_assert(sizeof(Params) == wire::kParamsBytes && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
 
 class VerbsLink final : public Link {
  public:
-  // Creates the QP (in INIT) and the buffers, and posts the receives.
+  // Creates the QP (in INIT) and registers both rings at `ring_size` (what
+  // local_params() offers), and posts the receives.
   static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
   ~VerbsLink() override;
 
   const Params& local_params() const { return local_; }
   // Moves the QP to RTR and RTS towards the peer. Once, never retried.
-  int connect(const Params& peer);
+  // The peer's Params are checked first (params_plausible); `ring`, the
+  // size both directions use from now on, must fit what each side
+  // registered (ours, and the peer's ring_size). -EPROTO otherwise.
+  int connect(const Params& peer, size_t ring);
   // After connect(): tells the peer we can take writes (a bare credit).
   void announce();
   // A write from the peer arrived (so its QP is connected to ours).

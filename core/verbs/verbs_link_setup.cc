@@ -127,9 +127,15 @@ VerbsLink::~VerbsLink() {
   dev_.give_back(tx_);
 }
 
-int VerbsLink::connect(const Params& peer) {
+int VerbsLink::connect(const Params& peer, size_t ring) {
   const IbvApi* api = ibv();
-  if (peer.ring_size != ring_size_ || connected_) return -EPROTO;
+  // Untrusted until here: a ring that fits our registration (so neither
+  // side ever addresses past what the other registered), fields in range.
+  if (connected_ || !params_plausible(peer) || !ring_size_acceptable(ring, peer.ring_size) ||
+      ring > rx_.size || ring > tx_.size) {
+    return -EPROTO;
+  }
+  ring_size_ = ring;
   peer_ = peer;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
