@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <pthread.h>
@@ -221,7 +222,18 @@ bool Device::take(size_t size, bool remote, Buffer* out) {
   int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
   ibv_mr* mr = ibv()->reg_mr(pd_, mem, size, access);
   if (!mr) {
+    int e = errno;
     munmap(mem, size);
+    // Usually RLIMIT_MEMLOCK (registration pins the ring): say so once; the
+    // connection stays on TCP rather than get a ring smaller than TCP's.
+    static std::atomic<bool> warned{false};
+    rlimit lim{};
+    if (!warned.exchange(true) && getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %llu bytes registered, RLIMIT_MEMLOCK %lld): "
+                    "such connections stay on TCP (raise ulimit -l, or set RDMASHIM_RING_SIZE)",
+                    size, strerror(e), static_cast<unsigned long long>(g_registered.load()),
+                    lim.rlim_cur == RLIM_INFINITY ? -1LL : static_cast<long long>(lim.rlim_cur));
+    }
     return false;
   }
   *out = Buffer{mem, size, mr, remote};

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # softroce.verbs_local: in ONE guest, two processes forced onto the verbs link
 # (RDMASHIM_TRANSPORT=verbs): rdmaPingPong --transport verbs, and the
-# unmodified tcpPingPong under `rdmashim run`. Passes when both runs complete
-# and every side logged "-> verbs". Exit 77 (skip) when no guest can run.
+# unmodified tcpPingPong under `rdmashim run`; then the asyncio echo of
+# tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
+# run`. Passes when every run completes (the echo byte-exact, without
+# deadlock) and every side logged "-> verbs". Exit 77 (skip) when no guest can run.
 # env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000)
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
@@ -34,6 +36,12 @@ for tool in rdmaPingPong tcpPingPong; do
 		check "$tool $side -> verbs" "$([[ $t == verbs ]] && echo 1 || echo 0)" "logged: ${t:-nothing}"
 	done
 done
+# 4 MiB written before anything is read (the asyncio echo shape).
+c=$(result "$out" echo4m.client) s=$(result "$out" echo4m.server)
+check "4 MiB unread write echoed (no deadlock)" "$([[ $(kv "$c" rc) == 0 && $(kv "$c" json) == *'"exact": true'* ]] && echo 1 || echo 0)" \
+	"rc=$(kv "$c" rc) (124: timed out) in $(kv "$c" secs) s, $(kv "$c" json)"
+check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
+check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 if ((fail)); then
 	echo "softroce.verbs_local: FAILED"
 	exit 1

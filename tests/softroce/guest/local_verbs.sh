@@ -23,3 +23,22 @@ pingpong rdmaPingPong \
 pingpong tcpPingPong \
 	"${SHIM[@]}" "$BIN/tcpPingPong" server --port 18601 :: \
 	"${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18601" --iters "$iters" --json
+
+# Buffering: an asyncio client writes 4 MiB and awaits drain() before it
+# reads the echo of a server that echoes with drain() (tests/buffering):
+# TCP absorbs that much unread data, so must the verbs rings (1 MiB rings
+# deadlocked here). The server's 4 MiB echo must come back byte-exact.
+export PEERS_HOST=$self
+rm -f echo.port
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/peers.py" server "$PWD/echo.port" echo 2>echo4m.server.log &
+epid=$!
+for ((i = 0; i < 300; i++)); do [[ -s echo.port ]] && break; sleep 0.1; done
+t0=$(now)
+out=$(timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/peers.py" echo "$(cat echo.port 2>/dev/null)" $((4 << 20)) \
+	2>echo4m.client.log)
+rc=$?
+t1=$(now)
+kill "$epid" 2>/dev/null
+wait "$epid" 2>/dev/null
+say "echo4m.client rc=$rc secs=$(elapsed "$t0" "$t1") transport=$(transport_of echo4m.client.log) log=$(oneline echo4m.client.log) json=${out:-none}"
+say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline echo4m.server.log)"
