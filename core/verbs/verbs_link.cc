@@ -148,7 +148,13 @@ int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t i
     cpu_relax();
     lock.lock();
   }
-  if (data_end > data_posted_end_) data_posted_end_ = data_end;
+  // Where each WR's data ends: a signaled WR in the middle of the chain
+  // vouches only for the pieces up to itself.
+  uint64_t end = data_posted_end_;
+  if (data_end) {
+    end = data_end;
+    for (int i = 0; i < n; ++i) end -= pieces[i].len;
+  }
   ibv_send_wr wrs[3]{};
   ibv_sge sges[3]{};
   int count = n > 0 ? n : 1;
@@ -161,6 +167,7 @@ int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t i
       wr.sg_list = &sges[i];
       wr.num_sge = 1;
       wr.wr.rdma.remote_addr = peer_.addr + pieces[i].offset;
+      if (data_end) end += pieces[i].len;
       if (pieces[i].len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
     } else {
       wr.num_sge = 0;  // a bare notification (credit, tail) or completion marker
@@ -174,10 +181,12 @@ int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t i
     ++outstanding_;
     if (++unsignaled_ >= kSignalEvery || (last && signal)) {
       wr.send_flags |= IBV_SEND_SIGNALED;
-      wr.wr_id = (data_posted_end_ & kPosMask) << 16 | static_cast<uint64_t>(unsignaled_);
+      wr.wr_id = ((end > data_posted_end_ ? end : data_posted_end_) & kPosMask) << 16 |
+                 static_cast<uint64_t>(unsignaled_);
       unsignaled_ = 0;
     }
   }
+  if (data_end > data_posted_end_) data_posted_end_ = data_end;
   ++posts_;
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(qp_, wrs, &bad) != 0) {
