@@ -39,7 +39,16 @@ done
 # 4 MiB written before anything is read (the asyncio echo shape).
 c=$(result "$out" echo4m.client) s=$(result "$out" echo4m.server)
 check "4 MiB unread write echoed (no deadlock)" "$([[ $(kv "$c" rc) == 0 && $(kv "$c" json) == *'"exact": true'* ]] && echo 1 || echo 0)" \
-	"rc=$(kv "$c" rc) (124: timed out) in $(kv "$c" secs) s, $(kv "$c" json)"
+	"rc=$(kv "$c" rc) (124 = the 60 s timeout) in $(kv "$c" secs) s, $(kv "$c" json)"
+# A client asking for 256 MiB rings: echoed, and the server (all its
+# connections closed by then) keeps registered at most its pool's 32 MiB;
+# before, it registered 2 x 256 MiB per such connection and pooled them.
+g=$(result "$out" echo4m.greedy)
+reg=$(kv "$g" server_registered)
+check "greedy 256 MiB client echoed" "$([[ $(kv "$g" rc) == 0 && $(kv "$g" json) == *'"exact": true'* && $(kv "$g" transport) == verbs ]] && echo 1 || echo 0)" \
+	"rc=$(kv "$g" rc), $(kv "$g" transport), $(kv "$g" json)"
+check "server's registered memory bounded" "$([[ -n $reg && ${reg%/*} -gt 0 && ${reg%/*} -le $((32 << 20)) ]] && echo 1 || echo 0)" \
+	"verbs_registered/verbs_pooled bytes: ${reg:-none} (bound $((32 << 20)))"
 check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
 check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 if ((fail)); then
