@@ -88,25 +88,24 @@ void VerbsLink::poll_completions() {
 }
 
 void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
-  // Into the staging buffer at the same position modulo its size: the
-  // application's buffer is read here, once, and never by the provider
-  // later. The ring never puts more than put_room() said was free.
+  // Into the staging buffer at the same offset modulo its size (it divides
+  // the ring's): the application's buffer is read here, once, and never by
+  // the provider later. The ring never puts more than put_room() said was
+  // free, so nothing staged and not yet written is overwritten.
   const char* from = static_cast<const char*>(src);
-  (void)offset;  // == put_end_ modulo the ring: puts are sequential
-  uint64_t end = put_end_.load(std::memory_order_relaxed);
   while (len > 0) {
-    uint64_t at = end & (stage_ - 1);
+    uint64_t at = offset & (stage_ - 1);
     size_t chunk = len < stage_ - at ? len : static_cast<size_t>(stage_ - at);
     memcpy(static_cast<char*>(tx_.data) + at, from, chunk);
-    end += chunk;
-    put_end_.store(end, std::memory_order_relaxed);
+    offset += chunk;
     from += chunk;
     len -= chunk;
   }
 }
 
 size_t VerbsLink::put_room() {
-  uint64_t end = put_end_.load(std::memory_order_relaxed);
+  // Asked before a write: everything put so far is published.
+  uint64_t end = own_tail_.load(std::memory_order_relaxed);
   uint64_t used = end - done_.load(std::memory_order_acquire);
   if (used > stage_ / 2) {
     // Low: reap completions, and make sure one is coming that frees what
@@ -234,26 +233,11 @@ int VerbsLink::flush(int timeout_ms) {
 }
 
 void VerbsLink::publish_tail(uint64_t tail) {
-  // Everything put since the last post is [posted_, tail) of the staging:
-  // one WRITE, or two where it wraps; the last carries the tail. After a
-  // put cut short by a fault the tail is behind what was put: the rest is
-  // put again (what was posted of it lies past the tail the peer reads).
-  if (put_end_.load(std::memory_order_relaxed) > tail || posted_ > tail) {
-    // Rare (a fault): the positions past the tail will be staged and
-    // posted again, so no completion may vouch for them: drain, restart.
-    flush(1000);
-    std::lock_guard<std::mutex> lock(sq_mu_);
-    data_posted_end_ = tail;
-    signaled_end_.store(tail, std::memory_order_relaxed);
-    done_.store(tail, std::memory_order_release);
-    put_end_.store(tail, std::memory_order_relaxed);
-    posted_ = tail;
-  }
+  // Everything put since the last publish is [old, tail) of the staging:
+  // one WRITE, or two where it wraps; the last carries the tail.
+  uint64_t old = own_tail_.load(std::memory_order_relaxed);
   own_tail_.store(tail, std::memory_order_relaxed);
-  uint32_t imm = static_cast<uint32_t>(tail) & ~kCreditBit;
-  if (posted_ < tail) post_range(posted_, tail, true, imm, false);
-  else post_writes(nullptr, 0, true, imm, false, 0);  // nothing new (defensive): the tail alone
-  posted_ = tail;
+  post_range(old, tail, true, static_cast<uint32_t>(tail) & ~kCreditBit, false);
 }
 
 uint64_t VerbsLink::peer_tail() {

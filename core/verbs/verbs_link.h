@@ -105,7 +105,7 @@ class VerbsLink final : public Link {
   int post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
     return post_writes(pieces, n, true, imm, false, 0);
   }
-  // Producer: posts staged positions [from, to) (from < to, to - from <= stage_).
+  // Producer: posts staged positions [from, to) (0 < to - from <= stage_).
   int post_range(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal);
 
   void repost_receives(int n);
@@ -127,8 +127,6 @@ class VerbsLink final : public Link {
   std::atomic<uint64_t> peer_tail_{0}, peer_head_{0};
   std::atomic<uint64_t> own_tail_{0}, own_head_{0};
   uint64_t credited_ = 0;  // head we last told the peer
-  std::atomic<uint64_t> put_end_{0};  // producer: the position after the last put
-  uint64_t posted_ = 0;    // producer: data posted up to here
   std::atomic<uint64_t> done_{0};  // every data WRITE before this completed
   uint64_t data_posted_end_ = 0;   // under sq_mu_
   std::atomic<uint64_t> signaled_end_{0};  // the most a posted signaled WR vouches for
