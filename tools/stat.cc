@@ -58,6 +58,7 @@ struct Proc {
   uint64_t counts[stats::kOutcomes] = {};
   std::vector<Conn> conns;
   uint64_t unlisted = 0;
+  uint64_t verbs_registered = 0, verbs_pooled = 0;  // bytes
 };
 
 std::string address(const sockaddr_in6& a) {
@@ -122,6 +123,8 @@ bool read_page(int fd, int pid, Proc* out) {
     }
     if (page->version == stats::kPageVersion) {
       out->unlisted = page->unlisted.load(std::memory_order_relaxed);
+      out->verbs_registered = page->verbs_registered.load(std::memory_order_relaxed);
+      out->verbs_pooled = page->verbs_pooled.load(std::memory_order_relaxed);
       uint32_t n = page->slots < stats::kSlots ? page->slots : stats::kSlots;
       for (uint32_t i = 0; i < n; ++i) {
         Conn c;
@@ -314,8 +317,9 @@ void print_json(const std::vector<Proc>& procs) {
       printf("%s\"%s\":%llu", i ? "," : "", stats::name(static_cast<Outcome>(i)),
              static_cast<unsigned long long>(pr.counts[i]));
     }
-    printf("},\"page_version\":%u,\"not_listed\":%llu,\"live\":[", pr.version,
-           static_cast<unsigned long long>(pr.unlisted));
+    printf("},\"page_version\":%u,\"not_listed\":%llu,\"verbs_registered\":%llu,\"verbs_pooled\":%llu,\"live\":[",
+           pr.version, static_cast<unsigned long long>(pr.unlisted),
+           static_cast<unsigned long long>(pr.verbs_registered), static_cast<unsigned long long>(pr.verbs_pooled));
     for (size_t i = 0; i < pr.conns.size(); ++i) {
       const Conn& c = pr.conns[i];
       bool known = strcmp(c.fill, "unknown") != 0;
@@ -364,6 +368,12 @@ void print_text(const std::vector<Proc>& procs) {
            static_cast<unsigned long long>(p.counts[static_cast<int>(Outcome::kShm)]),
            static_cast<unsigned long long>(p.counts[static_cast<int>(Outcome::kVerbs)]),
            static_cast<unsigned long long>(tcp), why.c_str());
+  }
+  for (auto& p : procs) {
+    if (p.verbs_registered) {
+      printf("%-8d registered with the RDMA device (pinned): %s, of which %s pooled for reuse\n", p.pid,
+             human(p.verbs_registered).c_str(), human(p.verbs_pooled).c_str());
+    }
   }
   printf("\n%-8s %-5s %-6s %-22s %-22s %-22s %8s %8s %8s %8s %7s %7s %7s\n", "PID", "FD", "ROLE", "LOCAL", "PEER",
          "TRANSPORT", "TX", "TX_MSGS", "RX", "RX_MSGS", "RING", "UNREAD", "UNACKED");

@@ -56,7 +56,9 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   if (!same_host || cfg.transport == TransportChoice::kVerbs) {
     int err = 0;
     if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
-      c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), cfg.ring_size, &err);
+      // Registered at what TCP would buffer here; the server may answer less.
+      c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local),
+                                                 tcp_equivalent_ring_size(fd), &err);
     }
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
@@ -390,13 +392,17 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     sockaddr_storage local{};
     socklen_t llen = sizeof local;
     std::unique_ptr<verbs::VerbsTransport> t;
-    if (valid_ring_size(params->ring_size) &&
-        sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
-      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), params->ring_size, &err);
+    // Our receive ring is ours to size: the client's offer, never more than
+    // what TCP would buffer here (the peer cannot make us pin more).
+    size_t ring = verbs::params_plausible(*params)
+                      ? verbs::negotiated_ring_size(params->ring_size, tcp_equivalent_ring_size(fd_))
+                      : 0;
+    if (ring && sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
+      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), ring, &err);
     }
-    if (t && (err = t->connect(*params)) == 0) {
+    if (t && (err = t->connect(*params, ring)) == 0) {
       ack.transport = wire::kTransportVerbs;
-      ack.ring_size = params->ring_size;
+      ack.ring_size = static_cast<uint32_t>(ring);
       msg.params.header = {wire::kParamsBytes, static_cast<uint16_t>(wire::FrameType::kParams), 0};
       memcpy(msg.params.params, &t->local_params(), wire::kParamsBytes);
       len += sizeof msg.params;
@@ -490,9 +496,11 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     if (t && !may_follow_exec()) t->close_memfd();
     if (t) adopt(std::move(t));
   } else if (ack.version == wire::kVersion && ack.transport == wire::kTransportVerbs && params && verbs_ &&
-             ack.ring_size == verbs_->local_params().ring_size) {
-    // The server's QP is already connected to ours: once ours is, we may write.
-    if ((err = verbs_->connect(*params)) == 0) adopt(std::move(verbs_));
+             ack.ring_size == params->ring_size &&
+             verbs::ring_size_acceptable(ack.ring_size, verbs_->local_params().ring_size)) {
+    // The server's QP is already connected to ours: once ours is, we may
+    // write. Its ring may be smaller than ours: we use that much of ours.
+    if ((err = verbs_->connect(*params, ack.ring_size)) == 0) adopt(std::move(verbs_));
     ok = stats::Outcome::kVerbs;
   }
   rendezvous_fd_.reset();

@@ -3,13 +3,15 @@
 //  - late placement: put() bytes land only at publish_tail(), and the ring
 //    region is scribbled first, as an RDMA write may place out of order;
 //  - bad cursors: the peer publishes positions that break the protocol;
-//  - a link error.
+//  - a link error;
+//  - a staging limit (put_room), as a verbs link's send staging imposes.
 // Both ends live in one FakeLinkPair; each end is a Link.
 #pragma once
 
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <cstdint>
 #include <cstring>
 #include <vector>
 
@@ -59,6 +61,7 @@ class FakeLinkPair {
       (void)r;
     }
     int error() const override { return pair_->error; }
+    size_t put_room() override { return pair_->put_room; }
 
     // Fault knobs for this end's published cursors.
     int64_t bogus_tail_delta = 0;
@@ -104,6 +107,7 @@ class FakeLinkPair {
 
   bool late_placement = false;
   int error = 0;
+  size_t put_room = SIZE_MAX;  // a staging link's free staging (verbs)
   End a, b;
 
  private:

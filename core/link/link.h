@@ -63,6 +63,12 @@ class Link {
   // the spinner holds; shared memory needs nothing but the peer.
   virtual uint32_t spin_yield_mask() const { return 1023; }
 
+  // Bytes the producer may put now, beyond the ring's credit: a link that
+  // stages writes in a smaller buffer (verbs) frees it only as its writes
+  // complete. The ring's room is the smaller of both, so a writer waits for
+  // it as for credit (asleep on wait_fd, kWaitSpace). May poll and post.
+  virtual size_t put_room() { return SIZE_MAX; }
+
   // A transport failure the link saw (a negative errno), sticky; 0 if none.
   virtual int error() const { return 0; }
 

@@ -88,7 +88,12 @@ ssize_t RingChannel::writable() {
   // Credit only moves forward and never past what we produced.
   if (RDMASHIM_UNLIKELY(head < tx_head_ || head > tx_tail_)) return -EPROTO;
   tx_head_ = head;
-  return static_cast<ssize_t>(size_ - (tx_tail_ - tx_head_));
+  uint64_t room = size_ - (tx_tail_ - tx_head_);
+  if (room > 0) {
+    size_t staged = link_.put_room();  // an asynchronous link's staging may be the limit
+    if (staged < room) room = staged;
+  }
+  return static_cast<ssize_t>(room);
 }
 
 ssize_t RingChannel::readable() {

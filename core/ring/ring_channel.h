@@ -44,7 +44,8 @@ class RingChannel {
   // Discards up to n readable bytes (MSG_TRUNC-style reads); returns the count.
   ssize_t discard(size_t n);
 
-  // Bytes ready to read / space free to write, refreshed from the link.
+  // Bytes ready to read / space free to write (capped by the link's
+  // put_room), refreshed from the link.
   // Negative -EPROTO if the peer's cursor is bad.
   ssize_t readable();
   ssize_t writable();
@@ -52,7 +53,7 @@ class RingChannel {
   // Lock-free answers for readiness checks from any thread: whether a read
   // (a write) would find bytes (room) now. Never used to move data.
   bool readable_hint() const { return link_.peer_tail() != link_.own_head(); }
-  bool writable_hint() const { return link_.own_tail() - link_.peer_head() < size_; }
+  bool writable_hint() const { return link_.own_tail() - link_.peer_head() < size_ && link_.put_room() > 0; }
   // Bytes waiting to be read / produced but not yet consumed by the peer,
   // at most a ring (the peer's cursor is unchecked here: FIONREAD must not
   // tell the program to allocate more than TCP could have buffered).

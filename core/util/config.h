@@ -24,11 +24,14 @@ struct Config {
   TransportChoice transport = TransportChoice::kAuto;  // RDMASHIM_TRANSPORT
   uint32_t setup_timeout_ms = 2000;                    // RDMASHIM_SETUP_TIMEOUT_MS
   uint32_t spin_us = 50;                               // RDMASHIM_SPIN_US
-  // RDMASHIM_RING_SIZE (power of two). Verbs rings (registered memory) are
-  // this size; shared-memory ones too when it was set, else they follow
-  // TCP's buffering (tcp_equivalent_ring_size).
+  // RDMASHIM_RING_SIZE (power of two). When set, every ring is this size;
+  // else shared-memory and verbs rings follow TCP's buffering
+  // (tcp_equivalent_ring_size).
   size_t ring_size = kDefaultRingSize;
   bool ring_size_set = false;
+  // RDMASHIM_VERBS_POOL: registered bytes kept for reuse after connections
+  // close (0: none); idle processes keep no more than this pinned.
+  size_t verbs_pool_bytes = size_t{32} << 20;
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   // RDMASHIM_SHORT_CONN_MS: a client whose recent connections to a

@@ -21,6 +21,7 @@ namespace {
 // Counted here until the page exists (and if it cannot be made).
 std::atomic<uint64_t> g_local[static_cast<int>(Outcome::kCount)];
 std::atomic<Page*> g_page{nullptr};
+std::atomic<uint64_t> g_verbs_registered{0}, g_verbs_pooled{0};
 int g_fd = -1;
 std::mutex g_mu;  // page creation, and taking or giving back a row
 
@@ -47,6 +48,8 @@ void stamp(Page* p) {
   p->pid = static_cast<int32_t>(getpid());
   p->slots = kSlots;
   for (int i = 0; i < kOutcomes; ++i) p->count_of(i).store(g_local[i].load());
+  p->verbs_registered.store(g_verbs_registered.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  p->verbs_pooled.store(g_verbs_pooled.load(std::memory_order_relaxed), std::memory_order_relaxed);
 }
 
 Page* page() {
@@ -94,7 +97,16 @@ void uncount(Outcome o) {
   // Not below 0: a child after fork starts its counts anew (after_fork_child).
   if (g_local[i].load(std::memory_order_relaxed) == 0) return;
   g_local[i].fetch_sub(1, std::memory_order_relaxed);
-  if (Page* p = g_page.load(std::memory_order_relaxed)) p->counts[i].fetch_sub(1, std::memory_order_relaxed);
+  if (Page* p = g_page.load(std::memory_order_relaxed)) p->count_of(i).fetch_sub(1, std::memory_order_relaxed);
+}
+
+void set_verbs_memory(uint64_t registered, uint64_t pooled) {
+  g_verbs_registered.store(registered, std::memory_order_relaxed);
+  g_verbs_pooled.store(pooled, std::memory_order_relaxed);
+  if (Page* p = g_page.load(std::memory_order_acquire)) {
+    p->verbs_registered.store(registered, std::memory_order_relaxed);
+    p->verbs_pooled.store(pooled, std::memory_order_relaxed);
+  }
 }
 
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }

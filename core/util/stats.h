@@ -84,6 +84,8 @@ static_assert(sizeof(Slot) == 256 && offsetof(Slot, downgraded) == 152);
 // 88  unlisted  u64 live connections without a row (the table was full)
 // 96  counts_added u64[8] outcomes added since (kTcpFdBudget first); an
 //              older writer left them 0, an older reader skips them
+// 160 verbs_registered u64 bytes registered with the RDMA device (pinned)
+// 168 verbs_pooled     u64 of which kept for reuse by the next connection
 // 256 slot      Slot[kSlots]
 struct Page {
   uint64_t magic;
@@ -94,7 +96,8 @@ struct Page {
   uint32_t pad;
   std::atomic<uint64_t> unlisted;
   std::atomic<uint64_t> counts_added[8];
-  unsigned char pad2[256 - 160];
+  std::atomic<uint64_t> verbs_registered, verbs_pooled;
+  unsigned char pad2[256 - 176];
   std::atomic<uint64_t>& count_of(int outcome) {
     return outcome < kV2Outcomes ? counts[outcome] : counts_added[outcome - kV2Outcomes];
   }
@@ -108,10 +111,14 @@ constexpr size_t kPageBytes = 65536;
 constexpr size_t kPageV1Bytes = 4096;
 constexpr const char kMemfdName[] = "rdmashim-stats";
 static_assert(sizeof(Page) == kPageBytes);
-static_assert(offsetof(Page, slots) == 16 + 8 * kV2Outcomes && offsetof(Page, counts_added) == 96);
+static_assert(offsetof(Page, slots) == 16 + 8 * kV2Outcomes && offsetof(Page, counts_added) == 96 &&
+              offsetof(Page, verbs_registered) == 160);
 static_assert(kOutcomes <= kV2Outcomes + 8);
 
 const char* name(Outcome o);
+// The verbs device's registered memory, as verbs::Device counts it. Written
+// into the page if there is one (never creates it).
+void set_verbs_memory(uint64_t registered, uint64_t pooled);
 void count(Outcome o);
 void uncount(Outcome o);  // a connection counted as `o` turned out otherwise
 uint64_t get(Outcome o);

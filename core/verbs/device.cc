@@ -4,6 +4,7 @@
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
 #include <pthread.h>
@@ -22,6 +23,7 @@
 #include "util/config.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/stats.h"
 #include "util/thread.h"
 #include "verbs/ibv_api.h"
 #include "verbs/verbs_link.h"
@@ -33,6 +35,11 @@ std::mutex g_mu;
 Device* g_device = nullptr;
 bool g_tried = false;
 int g_err = -ENODEV;
+std::atomic<uint64_t> g_registered{0}, g_pooled{0};
+
+void report_memory() {
+  stats::set_verbs_memory(g_registered.load(std::memory_order_relaxed), g_pooled.load(std::memory_order_relaxed));
+}
 
 bool ipv4_mapped(const ibv_gid& g) {
   static const unsigned char kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
@@ -40,6 +47,11 @@ bool ipv4_mapped(const ibv_gid& g) {
 }
 
 }  // namespace
+
+uint64_t registered_bytes() { return g_registered.load(std::memory_order_relaxed); }
+uint64_t pooled_bytes() { return g_pooled.load(std::memory_order_relaxed); }
+
+Device::Device() : pool_(config().verbs_pool_bytes) {}
 
 // Opening a device runs provider code that has been seen to block (a wedged
 // driver, a dead fabric manager). It runs on a watchdog thread: if it takes
@@ -154,6 +166,9 @@ void Device::forget_after_fork() {
     sys::real().close(g_device->ctx_->async_fd);
   }
   g_device = nullptr;  // leaked on purpose: the memory is the parent's copy
+  g_registered.store(0, std::memory_order_relaxed);  // the parent's registrations, not ours
+  g_pooled.store(0, std::memory_order_relaxed);
+  report_memory();
   g_tried = false;
 }
 
@@ -197,12 +212,10 @@ int Device::gid_index_for(const sockaddr* local) const {
 bool Device::take(size_t size, bool remote, Buffer* out) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
-    for (size_t i = 0; i < pool_.size(); ++i) {
-      if (pool_[i].size == size && pool_[i].remote == remote) {
-        *out = pool_[i];
-        pool_.erase(pool_.begin() + static_cast<long>(i));
-        return true;
-      }
+    if (pool_.take(size, remote, out)) {
+      g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
+      report_memory();
+      return true;
     }
   }
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
@@ -210,22 +223,40 @@ bool Device::take(size_t size, bool remote, Buffer* out) {
   int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
   ibv_mr* mr = RDMASHIM_FAULT(kIbvMr) ? nullptr : ibv()->reg_mr(pd_, mem, size, access);
   if (!mr) {
+    int e = errno;
     munmap(mem, size);
+    // Usually RLIMIT_MEMLOCK (registration pins the ring): say so once; the
+    // connection stays on TCP rather than get a ring smaller than TCP's.
+    static std::atomic<bool> warned{false};
+    rlimit lim{};
+    if (!warned.exchange(true) && getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
+      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %llu bytes registered, RLIMIT_MEMLOCK %lld): "
+                    "such connections stay on TCP (raise ulimit -l, or set RDMASHIM_RING_SIZE)",
+                    size, strerror(e), static_cast<unsigned long long>(g_registered.load()),
+                    lim.rlim_cur == RLIM_INFINITY ? -1LL : static_cast<long long>(lim.rlim_cur));
+    }
     return false;
   }
   *out = Buffer{mem, size, mr, remote};
+  g_registered.fetch_add(size, std::memory_order_relaxed);
+  report_memory();
   return true;
 }
 
 void Device::give_back(const Buffer& b) {
   if (!b.mr) return;
-  std::lock_guard<std::mutex> lock(pool_mu_);
-  if (pool_.size() < 16) {
-    pool_.push_back(b);
-    return;
+  std::vector<Buffer> drop;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    pool_.give_back(b, &drop);
+    g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
   }
-  ibv()->dereg_mr(b.mr);
-  munmap(b.data, b.size);
+  for (const Buffer& d : drop) {
+    ibv()->dereg_mr(d.mr);
+    munmap(d.data, d.size);
+    g_registered.fetch_sub(d.size, std::memory_order_relaxed);
+  }
+  report_memory();
 }
 
 }  // namespace rdmashim::verbs

@@ -1,6 +1,7 @@
 // The RDMA device a process uses: opened once, on first need, with one
 // protection domain, and a pool of registered buffers that connections
-// reuse (some providers allow only tens of PDs and about a hundred MRs).
+// reuse (some providers allow only tens of PDs and about a hundred MRs),
+// bounded by RDMASHIM_VERBS_POOL bytes.
 #pragma once
 
 #include <infiniband/verbs.h>
@@ -12,15 +13,14 @@
 #include <string>
 #include <vector>
 
+#include "verbs/reg_pool.h"
+
 namespace rdmashim::verbs {
 
-// A registered buffer from the device's pool.
-struct Buffer {
-  void* data = nullptr;
-  size_t size = 0;
-  ibv_mr* mr = nullptr;
-  bool remote = false;  // registered for remote writes (a receive ring)
-};
+// Bytes this process has registered with the device now (connections' rings
+// and the pool), and how many of them the pool holds; also in the stats page.
+uint64_t registered_bytes();
+uint64_t pooled_bytes();
 
 class Device {
  public:
@@ -48,12 +48,13 @@ class Device {
   int gid_index_for(const sockaddr* local) const;
   bool gid(int index, ibv_gid* out) const;
 
-  // Registered memory, reused across connections.
+  // Registered memory, reused across connections. Pages are pinned by the
+  // registration: a ring costs its whole size while it exists.
   bool take(size_t size, bool remote, Buffer* out);
   void give_back(const Buffer& b);
 
  private:
-  Device() = default;
+  Device();
   static Device* open_first(int* err);  // the first active port (or RDMASHIM_DEVICE)
   std::string gid_type(int index) const;
 
@@ -66,7 +67,7 @@ class Device {
   int gid_table_len_ = 0;
   bool ethernet_ = true;
   std::mutex pool_mu_;
-  std::vector<Buffer> pool_;
+  RegPool pool_;
 };
 
 }  // namespace rdmashim::verbs

@@ -73,7 +73,11 @@ void VerbsLink::poll_completions() {
         peer_seen_.store(true, std::memory_order_release);
       } else if (wc[i].opcode == IBV_WC_RDMA_WRITE) {
         std::lock_guard<std::mutex> lock(sq_mu_);
-        outstanding_ -= static_cast<int>(wc[i].wr_id);  // a signaled WR retires the batch it closed
+        outstanding_ -= static_cast<int>(wc[i].wr_id & 0xffff);  // a signaled WR retires the batch it closed
+        // ... and every data WRITE posted before it: staging up to there is free.
+        uint64_t old = done_.load(std::memory_order_relaxed);
+        uint64_t now = old + (((wc[i].wr_id >> 16) - old) & kPosMask);
+        if (now - old <= stage_) done_.store(now, std::memory_order_release);
       }
     }
   }
@@ -84,12 +88,52 @@ void VerbsLink::poll_completions() {
 }
 
 void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
-  // Into our registered mirror of the peer's ring, at the same offset: the
-  // application's buffer is read here, once, and never by the provider later.
-  memcpy(static_cast<char*>(tx_.data) + offset, src, len);
+  // Into the staging buffer at the same offset modulo its size (it divides
+  // the ring's): the application's buffer is read here, once, and never by
+  // the provider later. The ring never puts more than put_room() said was
+  // free, so nothing staged and not yet written is overwritten.
+  const char* from = static_cast<const char*>(src);
+  while (len > 0) {
+    uint64_t at = offset & (stage_ - 1);
+    size_t chunk = len < stage_ - at ? len : static_cast<size_t>(stage_ - at);
+    memcpy(static_cast<char*>(tx_.data) + at, from, chunk);
+    offset += chunk;
+    from += chunk;
+    len -= chunk;
+  }
 }
 
-int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
+size_t VerbsLink::put_room() {
+  // Asked before a write: everything put so far is published.
+  uint64_t end = own_tail_.load(std::memory_order_relaxed);
+  uint64_t used = end - done_.load(std::memory_order_acquire);
+  if (used > stage_ / 2) {
+    // Low: reap completions, and make sure one is coming that frees what
+    // is staged (the writer then sleeps on the CQ like for credit).
+    if (cq_mu_.try_lock()) {
+      poll_completions();
+      cq_mu_.unlock();
+    }
+    used = end - done_.load(std::memory_order_acquire);
+    if (used > stage_ / 2 && signaled_end_.load(std::memory_order_relaxed) < end) {
+      post_writes(nullptr, 0, false, 0, true, 0);
+    }
+  }
+  return used >= stage_ ? 0 : static_cast<size_t>(stage_ - used);
+}
+
+int VerbsLink::post_range(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal) {
+  // At most two pieces: the ring wraps where the staging does (stage_ divides it).
+  const char* base = static_cast<const char*>(tx_.data);
+  uint64_t off = from & (ring_size_ - 1), soff = from & (stage_ - 1);
+  uint64_t len = to - from;
+  uint64_t first = stage_ - soff < len ? stage_ - soff : len;
+  Piece pieces[2] = {{off, base + soff, static_cast<uint32_t>(first)},
+                     {(off + first) & (ring_size_ - 1), base, static_cast<uint32_t>(len - first)}};
+  return post_writes(pieces, len > first ? 2 : 1, imm_last, imm, signal, to);
+}
+
+int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t imm, bool signal, uint64_t data_end) {
   std::unique_lock<std::mutex> lock(sq_mu_);
   // Keep room in the send queue: reap completions when it runs low.
   while (outstanding_ + n + 1 > kSendDepth - 4) {
@@ -101,6 +145,13 @@ int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
     if (error()) return error();
     cpu_relax();
     lock.lock();
+  }
+  // Where each WR's data ends: a signaled WR in the middle of the chain
+  // vouches only for the pieces up to itself.
+  uint64_t end = data_posted_end_;
+  if (data_end) {
+    end = data_end;
+    for (int i = 0; i < n; ++i) end -= pieces[i].len;
   }
   ibv_send_wr wrs[3]{};
   ibv_sge sges[3]{};
@@ -114,22 +165,27 @@ int VerbsLink::post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
       wr.sg_list = &sges[i];
       wr.num_sge = 1;
       wr.wr.rdma.remote_addr = peer_.addr + pieces[i].offset;
+      if (data_end) end += pieces[i].len;
       if (pieces[i].len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
     } else {
-      wr.num_sge = 0;  // a bare notification (credit)
+      wr.num_sge = 0;  // a bare notification (credit, tail) or completion marker
       wr.wr.rdma.remote_addr = peer_.addr;
     }
     wr.wr.rdma.rkey = peer_.rkey;
-    wr.opcode = i == count - 1 ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
-    if (i == count - 1) wr.imm_data = htonl(imm);
+    bool last = i == count - 1;
+    wr.opcode = last && imm_last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
+    if (last && imm_last) wr.imm_data = htonl(imm);
     wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
     ++outstanding_;
-    if (++unsignaled_ >= kSignalEvery) {
+    if (++unsignaled_ >= kSignalEvery || (last && signal)) {
       wr.send_flags |= IBV_SEND_SIGNALED;
-      wr.wr_id = static_cast<uint64_t>(unsignaled_);
+      uint64_t vouched = end > data_posted_end_ ? end : data_posted_end_;
+      wr.wr_id = (vouched & kPosMask) << 16 | static_cast<uint64_t>(unsignaled_);
+      if (vouched > signaled_end_.load(std::memory_order_relaxed)) signaled_end_.store(vouched, std::memory_order_relaxed);
       unsignaled_ = 0;
     }
   }
+  if (data_end > data_posted_end_) data_posted_end_ = data_end;
   ++posts_;
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(qp_, wrs, &bad) != 0) {
@@ -152,7 +208,7 @@ int VerbsLink::flush(int timeout_ms) {
     wr.wr.rdma.remote_addr = peer_.addr;
     wr.wr.rdma.rkey = peer_.rkey;
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr_id = static_cast<uint64_t>(unsignaled_) + 1;
+    wr.wr_id = (data_posted_end_ & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
     unsignaled_ = 0;
     ++outstanding_;
     if (ibv_post_send(qp_, &wr, &bad) != 0) {
@@ -177,16 +233,11 @@ int VerbsLink::flush(int timeout_ms) {
 }
 
 void VerbsLink::publish_tail(uint64_t tail) {
-  // Everything put since the last publish is [old, tail) of the mirror: one
-  // WRITE, or two where it wraps; the last carries the tail.
+  // Everything put since the last publish is [old, tail) of the staging:
+  // one WRITE, or two where it wraps; the last carries the tail.
   uint64_t old = own_tail_.load(std::memory_order_relaxed);
   own_tail_.store(tail, std::memory_order_relaxed);
-  uint64_t off = old & (ring_size_ - 1);
-  uint64_t len = tail - old;
-  uint64_t first = len < ring_size_ - off ? len : ring_size_ - off;
-  const char* base = static_cast<const char*>(tx_.data);
-  Piece pieces[2] = {{off, base + off, static_cast<uint32_t>(first)}, {0, base, static_cast<uint32_t>(len - first)}};
-  post_write_with_imm(pieces, len > first ? 2 : 1, static_cast<uint32_t>(tail) & ~kCreditBit);
+  post_range(old, tail, true, static_cast<uint32_t>(tail) & ~kCreditBit, false);
 }
 
 uint64_t VerbsLink::peer_tail() {

@@ -1,12 +1,19 @@
 // Link over an RDMA RC queue pair.
 //
-//   data:    put() copies into a registered mirror of the peer's ring at the
-//            same offset; publish_tail() posts one RDMA WRITE of what was put
-//            since the last publish (two where it wraps; inline when small),
-//            the last carrying the new tail as immediate data (WRITE WITH IMM). The peer learns the tail from
-//            that completion, which the verbs specification orders after the
-//            placement of every earlier WRITE: nothing relies on the order in
-//            which bytes land.
+//   data:    put() copies into a registered staging buffer (at most 1 MiB,
+//            not a whole mirror of the peer's ring: only the peer's rx ring
+//            is pinned at full size); publish_tail() posts RDMA WRITEs of
+//            what was put since the last publish to the same offsets of the
+//            peer's ring (two where it wraps; inline when small), the last
+//            carrying the new tail as immediate data (WRITE WITH IMM). The
+//            peer learns the tail from that completion, which the verbs
+//            specification orders after the placement of every earlier
+//            WRITE: nothing relies on the order in which bytes land. Staged
+//            bytes are free again once their WRITE completed (a signaled
+//            WR's wr_id carries the position posted so far); put_room()
+//            caps the ring's room by the free staging, so a writer waits for
+//            completions where it waits for credit (asleep on the CQ, its
+//            TCP side watched), never inside a write.
 //   credits: the consumer returns its head the same way (immediate data with
 //            the top bit set), batched: once a quarter ring was consumed
 //            since the last credit, never one per message.
@@ -27,46 +34,30 @@
 #include "link/link.h"
 #include "ring/ring_limits.h"
 #include "verbs/device.h"
+#include "verbs/params.h"
 #include "wire/wire.h"
 
 namespace rdmashim::verbs {
 
 void* heartbeat_loop(void*);
 
-// What the peer needs to reach our ring, exchanged in a Params frame.
-//  0  qpn        u32
-//  4  psn        u32
-//  8  gid[16]
-// 24  addr       u64 our rx ring's address
-// 32  rkey       u32
-// 36  ring_size  u32
-// 40  lid        u16
-// 42  mtu        u8  (enum ibv_mtu)
-// 43  reserved   u8[5]
-struct Params {
-  uint32_t qpn;
-  uint32_t psn;
-  unsigned char gid[16];
-  uint64_t addr;
-  uint32_t rkey;
-  uint32_t ring_size;
-  uint16_t lid;
-  uint8_t mtu;
-  uint8_t reserved[5];
-};
 static_assert(kMaxRingSize < (uint64_t{1} << 30), "positions travel modulo 2^31 in immediate data");
 static_assert(kMaxRingSize <= UINT32_MAX, "Params carries the ring size in a u32");
 static_assert(sizeof(Params) == wire::kParamsBytes && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
 
 class VerbsLink final : public Link {
  public:
-  // Creates the QP (in INIT) and the buffers, and posts the receives.
+  // Creates the QP (in INIT) and registers both rings at `ring_size` (what
+  // local_params() offers), and posts the receives.
   static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
   ~VerbsLink() override;
 
   const Params& local_params() const { return local_; }
   // Moves the QP to RTR and RTS towards the peer. Once, never retried.
-  int connect(const Params& peer);
+  // The peer's Params are checked first (params_plausible); `ring`, the
+  // size both directions use from now on, must fit what each side
+  // registered (ours, and the peer's ring_size). -EPROTO otherwise.
+  int connect(const Params& peer, size_t ring);
   // After connect(): tells the peer we can take writes (a bare credit).
   void announce();
   // A write from the peer arrived (so its QP is connected to ours).
@@ -89,12 +80,15 @@ class VerbsLink final : public Link {
   int error() const override { return error_.load(std::memory_order_relaxed); }
   int flush(int timeout_ms) override;
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
+  size_t put_room() override;
 
  private:
   static constexpr int kSendDepth = 256;
   static constexpr int kRecvDepth = 256;
   static constexpr int kSignalEvery = 64;
   static constexpr uint32_t kCreditBit = 1u << 31;
+  static constexpr size_t kStageBytes = size_t{1} << 20;
+  static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
   struct Piece {
     uint64_t offset;
     const void* src;
@@ -103,13 +97,24 @@ class VerbsLink final : public Link {
 
   explicit VerbsLink(Device& dev) : dev_(dev) {}
   void poll_completions();  // caller holds cq_mu_
-  int post_write_with_imm(const Piece* pieces, int n, uint32_t imm);
+  // Posts pieces as RDMA WRITEs, the last WITH IMM if imm_last, signaled
+  // if signal (else every kSignalEvery-th). data_end: the stream position
+  // these pieces end at (0 for a credit): a signaled WR's wr_id carries the
+  // data posted so far, so its completion tells how far staging is free.
+  int post_writes(const Piece* pieces, int n, bool imm_last, uint32_t imm, bool signal, uint64_t data_end);
+  int post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
+    return post_writes(pieces, n, true, imm, false, 0);
+  }
+  // Producer: posts staged positions [from, to) (0 < to - from <= stage_).
+  int post_range(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal);
+
   void repost_receives(int n);
   static uint64_t widen(uint64_t old, uint32_t low31);
 
   Device& dev_;
   size_t ring_size_ = 0;
-  Buffer rx_{}, tx_{};
+  Buffer rx_{}, tx_{};  // our rx ring; the staging buffer of our writes
+  size_t stage_ = 0;    // staging bytes used: a power of two dividing the ring
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;
@@ -122,6 +127,9 @@ class VerbsLink final : public Link {
   std::atomic<uint64_t> peer_tail_{0}, peer_head_{0};
   std::atomic<uint64_t> own_tail_{0}, own_head_{0};
   uint64_t credited_ = 0;  // head we last told the peer
+  std::atomic<uint64_t> done_{0};  // every data WRITE before this completed
+  uint64_t data_posted_end_ = 0;   // under sq_mu_
+  std::atomic<uint64_t> signaled_end_{0};  // the most a posted signaled WR vouches for
   std::mutex sq_mu_;       // the send queue
   int unsignaled_ = 0;
   int outstanding_ = 0;    // send WRs not yet known complete

@@ -56,7 +56,8 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
   if (!l) return *err = -ENOMEM, nullptr;
   l->ring_size_ = ring_size;
   *err = -ENOMEM;
-  if (!dev.take(ring_size, true, &l->rx_) || !dev.take(ring_size, false, &l->tx_)) return nullptr;
+  size_t stage = std::min(ring_size, kStageBytes);
+  if (!dev.take(ring_size, true, &l->rx_) || !dev.take(stage, false, &l->tx_)) return nullptr;
   *err = -EIO;
   l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : api->create_comp_channel(dev.context());
   if (!l->channel_) return nullptr;
@@ -128,9 +129,16 @@ VerbsLink::~VerbsLink() {
   dev_.give_back(tx_);
 }
 
-int VerbsLink::connect(const Params& peer) {
+int VerbsLink::connect(const Params& peer, size_t ring) {
   const IbvApi* api = ibv();
-  if (peer.ring_size != ring_size_ || connected_) return -EPROTO;
+  // Untrusted until here: a ring that fits our registration (so neither
+  // side ever addresses past what the other registered), fields in range.
+  if (connected_ || !params_plausible(peer) || !ring_size_acceptable(ring, peer.ring_size) || ring > rx_.size) {
+    return -EPROTO;
+  }
+  ring_size_ = ring;
+  // Both powers of two: a wrap of the ring is also one of the staging.
+  stage_ = std::min(ring, tx_.size);
   peer_ = peer;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;

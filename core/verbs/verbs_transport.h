@@ -19,13 +19,16 @@ namespace rdmashim::verbs {
 
 class VerbsTransport final : public Transport {
  public:
-  // A QP in INIT with its rings, for the connection whose local address is
-  // `local`. nullptr and *err (negative errno) when there is no usable device.
+  // A QP in INIT with its rings registered at ring_size (callers: never
+  // more than tcp_equivalent_ring_size of their own socket), for the
+  // connection whose local address is `local`. nullptr and *err (negative
+  // errno) when there is no usable device.
   static std::unique_ptr<VerbsTransport> prepare(const sockaddr* local, size_t ring_size, int* err);
 
   const Params& local_params() const { return link_->local_params(); }
-  // RTR and RTS towards the peer; once, never retried.
-  int connect(const Params& peer) { return link_->connect(peer); }
+  // RTR and RTS towards the peer, the rings used at `ring` bytes (see
+  // VerbsLink::connect); once, never retried.
+  int connect(const Params& peer, size_t ring) { return link_->connect(peer, ring); }
 
   const char* name() const override { return "verbs"; }
   Link& link() override { return *link_; }

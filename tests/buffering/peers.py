@@ -15,6 +15,10 @@
 """
 import asyncio, hashlib, json, os, select, socket, sys, time
 
+# The address to listen on and connect to (the Soft-RoCE guest passes its
+# eth0 address, the one its RoCE GID carries).
+HOST = os.environ.get("PEERS_HOST", "127.0.0.1")
+
 
 async def serve(portfile, mode):
     async def echo(reader, writer):
@@ -38,7 +42,7 @@ async def serve(portfile, mode):
             await writer.drain()
         writer.close()
 
-    server = await asyncio.start_server(echo if mode == "echo" else sink, "127.0.0.1", 0)
+    server = await asyncio.start_server(echo if mode == "echo" else sink, HOST, 0)
     port = server.sockets[0].getsockname()[1]
     with open(portfile + ".tmp", "w") as f:
         f.write(str(port))
@@ -48,7 +52,7 @@ async def serve(portfile, mode):
 
 
 async def echo_client(port, size):
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
+    reader, writer = await asyncio.open_connection(HOST, port)
     payload = os.urandom(size)
     writer.write(payload)
     await writer.drain()
@@ -84,7 +88,7 @@ def ring_bytes():
 def many(port, conns, size):
     socks, chunk = [], b"x" * (1 << 20)
     for _ in range(conns):
-        s = socket.create_connection(("127.0.0.1", port))
+        s = socket.create_connection((HOST, port))
         # Twice: what a client writes before the handshake's answer travels
         # framed over TCP; the second round is on the ring.
         for _ in range(2):

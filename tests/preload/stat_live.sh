@@ -62,6 +62,7 @@ def rows(pid):
         return []
     check("pid %d page_version" % pid, procs[pid]["page_version"], 2)
     check("pid %d not_listed" % pid, procs[pid]["not_listed"], 0)
+    check("pid %d verbs_registered (shm pins nothing)" % pid, procs[pid]["verbs_registered"], 0)
     return procs[pid]["live"]
 
 server_rows = {r["peer"]: r for r in rows(server)}

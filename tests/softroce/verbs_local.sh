@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # softroce.verbs_local: in ONE guest, two processes forced onto the verbs link
 # (RDMASHIM_TRANSPORT=verbs): rdmaPingPong --transport verbs, and the
-# unmodified tcpPingPong under `rdmashim run`. Passes when both runs complete
-# and every side logged "-> verbs". Exit 77 (skip) when no guest can run.
+# unmodified tcpPingPong under `rdmashim run`; then the asyncio echo of
+# tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
+# run`. Passes when every run completes (the echo byte-exact, without
+# deadlock) and every side logged "-> verbs". Exit 77 (skip) when no guest can run.
 # env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000)
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
@@ -34,6 +36,21 @@ for tool in rdmaPingPong tcpPingPong; do
 		check "$tool $side -> verbs" "$([[ $t == verbs ]] && echo 1 || echo 0)" "logged: ${t:-nothing}"
 	done
 done
+# 4 MiB written before anything is read (the asyncio echo shape).
+c=$(result "$out" echo4m.client) s=$(result "$out" echo4m.server)
+check "4 MiB unread write echoed (no deadlock)" "$([[ $(kv "$c" rc) == 0 && $(kv "$c" json) == *'"exact": true'* ]] && echo 1 || echo 0)" \
+	"rc=$(kv "$c" rc) (124 = the 60 s timeout) in $(kv "$c" secs) s, $(kv "$c" json)"
+# A client asking for 256 MiB rings: echoed, and the server (all its
+# connections closed by then) keeps registered at most its pool's 32 MiB;
+# before, it registered 2 x 256 MiB per such connection and pooled them.
+g=$(result "$out" echo4m.greedy)
+reg=$(kv "$g" server_registered)
+check "greedy 256 MiB client echoed" "$([[ $(kv "$g" rc) == 0 && $(kv "$g" json) == *'"exact": true'* && $(kv "$g" transport) == verbs ]] && echo 1 || echo 0)" \
+	"rc=$(kv "$g" rc), $(kv "$g" transport), $(kv "$g" json)"
+check "server's registered memory bounded" "$([[ -n $reg && ${reg%/*} -gt 0 && ${reg%/*} -le $((32 << 20)) ]] && echo 1 || echo 0)" \
+	"verbs_registered/verbs_pooled bytes: ${reg:-none} (bound $((32 << 20)))"
+check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
+check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 if ((fail)); then
 	echo "softroce.verbs_local: FAILED"
 	exit 1

@@ -56,6 +56,28 @@ TEST(Ring, EveryWrapPositionRoundTrips) {
   }
 }
 
+// A link that stages its writes (verbs) frees staging only as they
+// complete: the ring's room is the smaller of credit and staging, so a
+// writer waits for it where it waits for credit, never inside put().
+TEST(Ring, StagingRoomCapsTheRingsRoom) {
+  FakeLinkPair pair(4096);
+  RingChannel tx(pair.a), rx(pair.b);
+  auto big = pattern(3000, 5);
+  pair.put_room = 1000;
+  EXPECT_EQ(tx.writable(), 1000);
+  EXPECT_TRUE(tx.writable_hint());
+  EXPECT_EQ(write_bytes(tx, big), 1000);
+  pair.put_room = 0;  // staging full, writes in flight
+  EXPECT_EQ(tx.writable(), 0);
+  EXPECT_FALSE(tx.writable_hint());
+  std::vector<unsigned char> rest(big.begin() + 1000, big.end());
+  EXPECT_EQ(write_bytes(tx, rest), 0);
+  pair.put_room = SIZE_MAX;  // completed: credit is the limit again
+  EXPECT_EQ(tx.writable(), 3096);
+  EXPECT_EQ(write_bytes(tx, rest), 2000);
+  EXPECT_EQ(read_bytes(rx, 4096), big);
+}
+
 TEST(Ring, FullRingAcceptsNothingMoreUntilCreditReturns) {
   FakeLinkPair pair(4096);
   RingChannel tx(pair.a), rx(pair.b);

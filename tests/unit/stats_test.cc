@@ -165,6 +165,21 @@ TEST(StatsRow, DowngradedReasonAndReuse) {
   EXPECT_EQ(again.row()->downgraded[0], 0);
 }
 
+// What verbs::Device reports lands in the page `rdmashim stat` reads.
+TEST(StatsPage, CarriesTheVerbsRegisteredMemory) {
+  auto [c, s] = tcp_pair();
+  Row row;
+  row.open(c.get(), Outcome::kVerbs, false, 16 << 20);  // makes sure the page exists
+  set_verbs_memory(uint64_t{48} << 20, uint64_t{16} << 20);
+  Mapped m;
+  map_own_page(&m);
+  ASSERT_NE(m.page, nullptr);
+  EXPECT_EQ(m.page->verbs_registered.load(), uint64_t{48} << 20);
+  EXPECT_EQ(m.page->verbs_pooled.load(), uint64_t{16} << 20);
+  set_verbs_memory(0, 0);
+  EXPECT_EQ(m.page->verbs_registered.load(), 0u);
+}
+
 int live_rows(const Page* p) {
   int n = 0;
   for (const Slot& slot : p->slot) n += slot.seq.load() % 4 == 2;

@@ -23,3 +23,39 @@ pingpong rdmaPingPong \
 pingpong tcpPingPong \
 	"${SHIM[@]}" "$BIN/tcpPingPong" server --port 18601 :: \
 	"${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18601" --iters "$iters" --json
+
+# Buffering: an asyncio client writes 4 MiB and awaits drain() before it
+# reads the echo of a server that echoes with drain() (tests/buffering):
+# TCP absorbs that much unread data, so must the verbs rings (1 MiB rings
+# deadlocked here). The server's 4 MiB echo must come back byte-exact.
+export PEERS_HOST=$self
+rm -f echo.port
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/peers.py" server "$PWD/echo.port" echo 2>echo4m.server.log &
+epid=$!
+for ((i = 0; i < 300; i++)); do [[ -s echo.port ]] && break; sleep 0.1; done
+t0=$(now)
+out=$(timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/peers.py" echo "$(cat echo.port 2>/dev/null)" $((4 << 20)) \
+	2>echo4m.client.log)
+rc=$?
+t1=$(now)
+say "echo4m.client rc=$rc secs=$(elapsed "$t0" "$t1") transport=$(transport_of echo4m.client.log) log=$(oneline echo4m.client.log) json=${out:-none}"
+
+# Sized by us, not by the peer (issue 12 finding 5): a greedy client asks for
+# the largest ring (256 MiB); the server still registers only its own
+# TCP-sized ring, and what it keeps registered after the connections closed
+# is within its pool's bound. Its memory, as `rdmashim stat` reports it.
+registered() { # the largest verbs_registered/verbs_pooled among live processes
+	"$BIN/rdmashim" stat --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+best = max(d, key=lambda p: p.get("verbs_registered", 0), default={})
+print("%d/%d" % (best.get("verbs_registered", 0), best.get("verbs_pooled", 0)))'
+}
+greedy=$(RDMASHIM_RING_SIZE=268435456 timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/peers.py" echo \
+	"$(cat echo.port 2>/dev/null)" 65536 2>echo4m.greedy.log)
+grc=$?
+sleep 0.5
+say "echo4m.greedy rc=$grc transport=$(transport_of echo4m.greedy.log) server_registered=$(registered) json=${greedy:-none}"
+kill "$epid" 2>/dev/null
+wait "$epid" 2>/dev/null
+say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline echo4m.server.log)"
