@@ -58,7 +58,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
       // Registered at what TCP would buffer here; the server may answer less.
       c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local),
-                                                 tcp_equivalent_ring_size(fd), &err);
+                                                 verbs::VerbsTransport::ring_size_for(fd), &err);
     }
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
@@ -395,7 +395,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     // Our receive ring is ours to size: the client's offer, never more than
     // what TCP would buffer here (the peer cannot make us pin more).
     size_t ring = verbs::params_plausible(*params)
-                      ? verbs::negotiated_ring_size(params->ring_size, tcp_equivalent_ring_size(fd_))
+                      ? verbs::negotiated_ring_size(params->ring_size, verbs::VerbsTransport::ring_size_for(fd_))
                       : 0;
     if (ring && sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
       t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), ring, &err);

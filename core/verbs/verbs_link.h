@@ -82,12 +82,13 @@ class VerbsLink final : public Link {
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
   size_t put_room() override;
 
+  static constexpr size_t kStageBytes = size_t{1} << 20;  // the most a send side registers for staging
+
  private:
   static constexpr int kSendDepth = 256;
   static constexpr int kRecvDepth = 256;
   static constexpr int kSignalEvery = 64;
   static constexpr uint32_t kCreditBit = 1u << 31;
-  static constexpr size_t kStageBytes = size_t{1} << 20;
   static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
   struct Piece {
     uint64_t offset;

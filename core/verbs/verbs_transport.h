@@ -24,6 +24,12 @@ class VerbsTransport final : public Transport {
   // connection whose local address is `local`. nullptr and *err (negative
   // errno) when there is no usable device.
   static std::unique_ptr<VerbsTransport> prepare(const sockaddr* local, size_t ring_size, int* err);
+  // The ring size a connection on `fd` registers: what TCP would buffer
+  // there, but never more than RLIMIT_MEMLOCK lets an unprivileged process
+  // pin for two connections (ring + send buffer each): with the common
+  // 8 MiB limit a ring of 2 MiB, where 16 MiB would fail to register and
+  // leave every connection on TCP.
+  static size_t ring_size_for(int fd);
 
   const Params& local_params() const { return link_->local_params(); }
   // RTR and RTS towards the peer, the rings used at `ring` bytes (see

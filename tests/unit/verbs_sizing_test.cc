@@ -5,12 +5,18 @@
 // hardware needed.
 #include <gtest/gtest.h>
 
+#include <sys/resource.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
 #include <cstring>
 #include <vector>
 
 #include "ring/ring_limits.h"
 #include "verbs/params.h"
 #include "verbs/reg_pool.h"
+#include "verbs/verbs_transport.h"
 
 namespace rdmashim::verbs {
 namespace {
@@ -134,6 +140,47 @@ TEST(VerbsPool, CountIsBoundedAndZeroCapKeepsNothing) {
   none.give_back(buf(4096, true, 1), &drop);
   EXPECT_EQ(none.count(), 0u);
   EXPECT_EQ(drop.size(), 1u);
+}
+
+}  // namespace
+}  // namespace rdmashim::verbs
+
+namespace rdmashim::verbs {
+namespace {
+
+// An unprivileged process with the common 8 MiB RLIMIT_MEMLOCK: its rings
+// fit two connections in the limit (a 16 MiB TCP-sized ring would fail to
+// register and leave every connection on TCP); with no limit, TCP's size.
+TEST(VerbsSizing, RingFitsAnUnprivilegedMemlockLimit) {
+  int sv[2];
+  ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM, 0, sv), 0);
+  int tcp = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(tcp, 0);
+  size_t tcp_size = tcp_equivalent_ring_size(tcp);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    rlimit rl{8u << 20, 8u << 20};
+    uint64_t got[2] = {VerbsTransport::ring_size_for(tcp), 0};
+    if (geteuid() == 0 && setresuid(65534, 65534, 65534) != 0) _exit(3);  // as nobody
+    if (setrlimit(RLIMIT_MEMLOCK, &rl) != 0) _exit(4);
+    got[1] = VerbsTransport::ring_size_for(tcp);
+    _exit(write(sv[1], got, sizeof got) == sizeof got ? 0 : 5);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(pid, &status, 0), pid);
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status;
+  uint64_t got[2];
+  ASSERT_EQ(read(sv[0], got, sizeof got), static_cast<ssize_t>(sizeof got));
+  if (getuid() == 0) {
+    EXPECT_EQ(got[0], tcp_size);  // root: CAP_IPC_LOCK
+  }
+  EXPECT_LE(2 * (got[1] + VerbsLink::kStageBytes), uint64_t{8} << 20);
+  EXPECT_TRUE(valid_ring_size(got[1]));
+  EXPECT_GE(got[1], uint64_t{1} << 20);  // and not needlessly small
+  close(tcp);
+  close(sv[0]);
+  close(sv[1]);
 }
 
 }  // namespace
