@@ -12,7 +12,10 @@
 #
 #   catkill SIGKILL of rdma_send, then of rdma_recv, mid-stream over verbs: the
 #           other tool exits 1 within KILL_BOUND s with a message saying so
-# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]   (default: all)
+#   cmfaults (with --discovery) each RDMA-CM step of the client's discovery made
+#           to fail (RDMASHIM_TEST_FAULT): the client stays TCP, the server
+#           sees a plain client, bytes intact; without a fault: verbs
+# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill] [cmfaults]   (default: all but cmfaults)
 #   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
 #                server by itself (RDMA-CM discovery). Registered as
 #                softroce.discovery, disabled until discovery lands.
@@ -25,7 +28,7 @@ peers=10.77.0.0/24 parts=() name=softroce.cross
 for a in "$@"; do
 	case $a in
 	--discovery) peers=none name=softroce.discovery ;;
-	matrix | large | kill | catkill) parts+=("$a") ;;
+	matrix | large | kill | catkill | cmfaults) parts+=("$a") ;;
 	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]" >&2; exit 2 ;;
 	esac
 done
@@ -78,6 +81,24 @@ if [[ " ${parts[*]} " == *" matrix "* ]]; then
 		[[ $data == 1 ]] || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
 		check "matrix $cell transport" "$(yes_if transport_ok "$cell" "$ct" "$sT")" \
 			"client ${ct:-nothing}, server ${sT:-nothing}"
+	done
+fi
+
+# -- cmfaults: a client whose discovery failed speaks plain TCP, bytes intact.
+if [[ " ${parts[*]} " == *" cmfaults "* ]]; then
+	for step in none cm-channel cm-id cm-resolve-addr cm-resolve-route cm-connect; do
+		c=$(result "$out" "matrix.cmf-$step.client") s=$(result "$out" "matrix.cmf-$step.server")
+		cj=$(kv "$c" json) sj=$(kv "$s" json)
+		ct=$(kv "$c" transport) sT=$(kv "$s" transport)
+		data=$(yes_if test "$(kv "$c" rc)" = 0 -a "$(kv "$s" rc)" = 0 -a -n "$(jf "$cj" sent_sha256)" \
+			-a "$(jf "$cj" sent_sha256)" = "$(jf "$sj" received_sha256)" -a "$(jf "$sj" sent_sha256)" = "$(jf "$cj" received_sha256)")
+		if [[ $step == none ]]; then
+			ok=$(yes_if test "$data" = 1 -a "$ct" = verbs -a "$sT" = verbs)
+		else
+			ok=$(yes_if test "$data" = 1 -a "$(kv "$c" reached)" -ge 1 -a "$sT" = tcp:peer-plain -a "${ct#tcp:}" != "$ct")
+		fi
+		check "cm fault $step" "$ok" "client ${ct:-nothing}, server ${sT:-nothing}, fault reached $(kv "$c" reached), rc $(kv "$c" rc)/$(kv "$s" rc)"
+		[[ $ok == 1 ]] || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
 	done
 fi
 

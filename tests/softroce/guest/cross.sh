@@ -85,6 +85,30 @@ part_matrix() {
 	say "matrix.$role.time seconds=$(elapsed "$t0" "$(now)")"
 }
 
+# ---------------------------------------------------------------- cmfaults ---
+# The client's RDMA-CM discovery steps made to fail (RDMASHIM_TEST_FAULT), one
+# connection each, client-first, rdmashim on both ends: the client must not
+# speak rdmashim (tcp:*), the server sees a plain client, the bytes are intact.
+# "none" first: without a fault the same pair takes verbs.
+cm_steps=(none cm-channel cm-id cm-resolve-addr cm-resolve-route cm-connect)
+part_cmfaults() {
+	local i step port
+	for i in "${!cm_steps[@]}"; do
+		step=${cm_steps[$i]} port=$((18731 + i))
+		if [[ $role == a ]]; then
+			matrix_server "cmf-$step" rdmashim client-first "$port"
+		else
+			local fault=()
+			[[ $step != none ]] && fault=(env "RDMASHIM_TEST_FAULT=$step")
+			timeout 180 "${fault[@]}" "${peer_env[@]}" "${SHIM[@]}" "$BIN/matrix_peer" client --host "$server_ip" \
+				--port "$port" --protocol client-first --bytes "$matrix_bytes" --connect-wait 90 \
+				>"m.cmf-$step.json" 2>"m.cmf-$step.log"
+			say "matrix.cmf-$step.client rc=$? transport=$(transport_of "m.cmf-$step.log") \
+reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(oneline "m.cmf-$step.log") json=$(cat "m.cmf-$step.json")"
+		fi
+	done
+}
+
 # ------------------------------------------------------------------- large ---
 part_large() {
 	local rc t0
@@ -225,6 +249,7 @@ for part in "${@:-matrix large kill catkill}"; do
 		large) part_large ;;
 		kill) part_kill ;;
 		catkill) part_catkill ;;
+		cmfaults) part_cmfaults ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done

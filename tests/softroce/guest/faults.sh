@@ -37,7 +37,7 @@ for step in ibv-devices ibv-open ibv-pd ibv-mr ibv-channel ibv-cq ibv-qp ibv-qp-
 done
 # The RDMA-CM advertisement only serves clients on other hosts: on this one
 # the connection still takes verbs (the client's RDMA-CM steps, probing
-# another host, need two guests: not covered here).
+# another host, run between two guests: cross.sh --discovery cmfaults).
 for step in cm-channel cm-id cm-bind cm-listen; do
 	run "server.$step" server "$step" verbs verbs
 done
