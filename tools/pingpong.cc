@@ -21,14 +21,16 @@ void usage(const char* tool, bool with_transport) {
           "usage: %s --local [options]            both ends on this host (forks a server)\n"
           "       %s server [--port P] [options]  serve clients one after another\n"
           "       %s client HOST[:PORT] [options]\n"
-          "options: --size BYTES (64) --iters N (100000) --warmup N --port P --json%s\n"
-          "         --stream [--bytes N (1g)] [--idle-ms MS]: one-way size-byte writes, bytes/s\n",
+          "options: --size BYTES (64) --iters N (100000) --warmup N --ms T (stop after T ms) --port P --json%s\n"
+          "         --stream [--bytes N (1g)] [--idle-ms MS] [--rate B]: one-way size-byte writes, bytes/s\n"
+          "           (--rate: paced to B bytes/s)\n",
           tool, tool, tool,
           with_transport ? "\n         --transport auto|shm|verbs|tcp"
                          : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)"
                            "\n         --connects N (with --local: N times connect, one exchange, close)"
                            "\n           [--then N [--gap-ms MS]]: then, MS later, one connection of N round trips"
-                           "\n         --hold N (with --local: N connections open at once, count descriptors)");
+                           "\n         --hold N (with --local: N connections open at once, count descriptors)"
+                           "\n         --unix (with --local: an abstract Unix socket instead of loopback TCP)");
 }
 
 bool number(const char* text, uint64_t* out) { return rdmashim::parse_size(text, out); }
@@ -92,6 +94,14 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
     } else if (a == "--idle-ms") {
       if (!value(&v) || v > 600000) return usage(tool, with_transport), false;
       o->idle_ms = v;
+    } else if (a == "--ms") {
+      if (!value(&v)) return usage(tool, with_transport), false;
+      o->ms = v;
+    } else if (a == "--rate") {
+      if (!value(&v)) return usage(tool, with_transport), false;
+      o->rate = v;
+    } else if (!with_transport && a == "--unix") {
+      o->unix_socket = true;
     } else if (a == "--json") {
       o->json = true;
     } else if (!with_transport && (a == "--connects" || a == "--hold")) {
@@ -172,6 +182,15 @@ int run_stream_client(const char* tool, Channel& ch, const PingPongOptions& o) {
   uint64_t start = now_ns();
   for (uint64_t sent = 0; sent < o.bytes;) {
     size_t len = o.bytes - sent < o.size ? static_cast<size_t>(o.bytes - sent) : o.size;
+    if (o.rate) {  // paced: this write waits for its time (sleep when far, then poll the clock)
+      uint64_t due = start + static_cast<uint64_t>(static_cast<double>(sent) * 1e9 / static_cast<double>(o.rate));
+      for (uint64_t now = now_ns(); now < due; now = now_ns()) {
+        if (due - now > 200'000) {
+          timespec ts{0, static_cast<long>(due - now - 100'000)};
+          nanosleep(&ts, nullptr);
+        }
+      }
+    }
     if (ch.send_all(out.data(), len) != static_cast<ssize_t>(len)) {
       fprintf(stderr, "%s: send failed after %llu bytes: %s\n", tool, static_cast<unsigned long long>(sent),
               strerror(errno));
@@ -248,11 +267,17 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
   std::vector<char> out(o.size), in(o.size);
   for (size_t i = 0; i < o.size; ++i) out[i] = static_cast<char>(i * 131 + 7);
   std::vector<uint32_t> rtt_ns, all_ns;
-  rtt_ns.reserve(o.iters);
-  all_ns.reserve(o.warmup + o.iters);
-  uint64_t start = 0;
+  constexpr uint64_t kReserve = uint64_t{1} << 22;
+  rtt_ns.reserve(std::min(o.iters, kReserve));
+  all_ns.reserve(std::min(o.warmup + o.iters, kReserve));
+  uint64_t start = 0, iters = o.iters;
+  const uint64_t deadline = o.ms ? now_ns() + o.ms * 1'000'000 : UINT64_MAX;
   for (uint64_t i = 0; i < o.warmup + o.iters; ++i) {
     if (i == o.warmup) start = now_ns();
+    if (i > o.warmup && (i & 15) == 0 && now_ns() >= deadline) {
+      iters = i - o.warmup;
+      break;
+    }
     uint64_t t0 = now_ns();
     out[0] = static_cast<char>(i);
     if (ch.send_all(out.data(), o.size) != static_cast<ssize_t>(o.size)) {
@@ -279,18 +304,18 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
   std::vector<uint32_t> sorted = rtt_ns;
   std::sort(sorted.begin(), sorted.end());
   auto pct = [&](double p) { return sorted[std::min(sorted.size() - 1, static_cast<size_t>(p * sorted.size()))] / 1e3; };
-  double rate = static_cast<double>(o.iters) / seconds;
-  double avg = seconds * 1e6 / static_cast<double>(o.iters);
+  double rate = static_cast<double>(iters) / seconds;
+  double avg = seconds * 1e6 / static_cast<double>(iters);
   if (o.json) {
     printf("{\"tool\":%s,\"transport\":%s,\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
-           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"max_us\":%.3f,"
+           "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"max_us\":%.3f,"
            "\"first_1000_per_s\":%.1f,\"steady_after_us\":%.1f}\n",
            json_quote(tool).c_str(), json_quote(ch.transport).c_str(), o.size,
-           static_cast<unsigned long long>(o.iters), seconds, rate, avg,
-           pct(0.50), pct(0.99), sorted.back() / 1e3, w.first_1000_per_s, w.steady_after_us);
+           static_cast<unsigned long long>(iters), seconds, rate, avg,
+           pct(0.50), pct(0.99), pct(0.999), sorted.back() / 1e3, w.first_1000_per_s, w.steady_after_us);
   } else {
     printf("%s: %zu B x %llu round trips over %s: %.0f round trips/s, avg %.2f us, p50 %.2f us, p99 %.2f us\n",
-           tool, o.size, static_cast<unsigned long long>(o.iters), ch.transport.c_str(), rate, avg, pct(0.50),
+           tool, o.size, static_cast<unsigned long long>(iters), ch.transport.c_str(), rate, avg, pct(0.50),
            pct(0.99));
   }
   return 0;

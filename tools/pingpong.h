@@ -18,6 +18,9 @@ struct PingPongOptions {
   size_t size = 64;
   uint64_t iters = 100000;
   uint64_t warmup = 0;  // default: min(iters / 10, 10000)
+  // --ms T: the ping-pong stops after T ms (warm-up included), iters is then
+  // the most it makes; the report counts the round trips it did.
+  uint64_t ms = 0;
   bool json = false;
   std::string transport;  // rdmaPingPong only
   std::string wait = "block";  // tcpPingPong: block | poll | epoll (non-blocking socket, event-loop style)
@@ -28,6 +31,9 @@ struct PingPongOptions {
   // --idle-ms: after the stream the connection stays idle this long, then
   // the server reports the memory the connection still holds (idle_memory).
   uint64_t idle_ms = 0;
+  // --rate B: the stream's writes paced to B bytes/s (0: as fast as it goes).
+  uint64_t rate = 0;
+  bool unix_socket = false;  // tcpPingPong --unix: an abstract Unix socket instead of loopback TCP
   uint64_t connects = 0;  // tcpPingPong --local --connects N: connect + one exchange + close, N times
   // --then N [--gap-ms MS]: after the connects, wait MS, then one more
   // connection makes N round trips (a long-lived one right after a burst).

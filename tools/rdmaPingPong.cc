@@ -36,7 +36,7 @@ int serve(Listener& l, const PingPongOptions& o, bool once) {
       return 1;
     }
     Channel ch = stream_channel(s);
-    int r = rdmashim::tools::serve_pingpong(ch, o.size);
+    int r = o.stream ? rdmashim::tools::serve_stream(ch, o) : rdmashim::tools::serve_pingpong(ch, o.size);
     if (r < 0) fprintf(stderr, "%s: connection ended: %s\n", kTool, strerror(-r));
   } while (!once);
   return 0;
@@ -50,7 +50,7 @@ int run_client(const PingPongOptions& o) {
     return 1;
   }
   Channel ch = stream_channel(s);
-  return rdmashim::tools::run_pingpong_client(kTool, ch, o);
+  return o.stream ? rdmashim::tools::run_stream_client(kTool, ch, o) : rdmashim::tools::run_pingpong_client(kTool, ch, o);
 }
 
 }  // namespace

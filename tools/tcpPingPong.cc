@@ -92,6 +92,13 @@ int main(int argc, char** argv) {
     fprintf(stderr, "%s: serving on port %u\n", kTool, port);
     return serve(l, o, false);
   }
+  if (o.unix_socket) {
+    if (o.mode != PingPongOptions::Mode::kLocal) {
+      fprintf(stderr, "%s: --unix needs --local\n", kTool);
+      return 2;
+    }
+    rdmashim::tools::use_unix_sockets(std::string(kTool) + "-" + std::to_string(getpid()));
+  }
   if (o.connects || o.hold) {
     if (o.mode != PingPongOptions::Mode::kLocal || o.stream) {
       fprintf(stderr, "%s: --connects and --hold need --local (and no --stream)\n", kTool);

@@ -7,9 +7,12 @@
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -53,7 +56,30 @@ struct Waiter {
   }
 };
 
+// --unix: every listen/connect of this process uses this abstract Unix
+// socket name instead of host:port (empty: TCP).
+std::string g_unix_name;
+
+int unix_socket(const char* tool, bool listening) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  size_t n = std::min(g_unix_name.size(), sizeof a.sun_path - 2);
+  memcpy(a.sun_path + 1, g_unix_name.data(), n);  // abstract: leading NUL
+  socklen_t len = static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
+  int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  bool ok = fd >= 0 && (listening ? bind(fd, reinterpret_cast<sockaddr*>(&a), len) == 0 && listen(fd, 128) == 0
+                                  : connect(fd, reinterpret_cast<sockaddr*>(&a), len) == 0);
+  if (!ok) {
+    fprintf(stderr, "%s: unix socket @%s: %s\n", tool, g_unix_name.c_str(), strerror(errno));
+    if (fd >= 0) close(fd);
+    return -1;
+  }
+  return fd;
+}
+
 }  // namespace
+
+void use_unix_sockets(const std::string& name) { g_unix_name = name; }
 
 Channel tcp_channel(int fd, const std::string& mode) {
   auto w = std::make_shared<Waiter>(mode, fd);
@@ -86,7 +112,7 @@ Channel tcp_channel(int fd, const std::string& mode) {
     }
     return static_cast<ssize_t>(done);
   };
-  ch.transport = "tcp";
+  ch.transport = g_unix_name.empty() ? "tcp" : "unix";
   return ch;
 }
 
@@ -96,6 +122,10 @@ void tcp_nodelay(int fd) {
 }
 
 int tcp_listen(const char* tool, const char* host, uint16_t port, uint16_t* bound) {
+  if (!g_unix_name.empty()) {
+    *bound = 1;
+    return unix_socket(tool, true);
+  }
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;
@@ -121,6 +151,7 @@ int tcp_listen(const char* tool, const char* host, uint16_t port, uint16_t* boun
 }
 
 int tcp_connect(const char* tool, const std::string& host, uint16_t port) {
+  if (!g_unix_name.empty()) return unix_socket(tool, false);
   addrinfo hints{}, *res = nullptr;
   hints.ai_family = AF_UNSPEC;
   hints.ai_socktype = SOCK_STREAM;

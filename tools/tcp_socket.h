@@ -20,5 +20,9 @@ void tcp_nodelay(int fd);
 // A Channel over fd; mode "block", "poll" or "epoll" (the socket is made
 // non-blocking and each try that would block first waits for readiness).
 Channel tcp_channel(int fd, const std::string& mode = "block");
+// tcpPingPong --unix: from now on tcp_listen and tcp_connect use the
+// abstract Unix socket `name` (host and port ignored): the same-host
+// alternative a user would configure instead of loopback TCP.
+void use_unix_sockets(const std::string& name);
 
 }  // namespace rdmashim::tools
