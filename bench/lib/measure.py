@@ -1,0 +1,275 @@
+# The measurements of bench/run: each runs the project's tools (tcpPingPong,
+# rdmaPingPong, `rdmashim run`) and returns plain dicts. Every measurement is
+# taken for the same four kinds of connection, back to back in one run:
+#   tcp      tcpPingPong --local          kernel TCP over loopback (the baseline)
+#   unix     tcpPingPong --local --unix   an abstract Unix domain socket
+#   preload  rdmashim run -- tcpPingPong  the same unmodified binary, upgraded
+#   core     rdmaPingPong --local         rdmashim's core API (core/api/stream.h)
+import json
+import os
+import re
+import resource
+import signal
+import subprocess
+import time
+
+KINDS = ["tcp", "unix", "preload", "core"]
+
+
+class Tools:
+    def __init__(self, build):
+        self.bin = os.path.join(build, "bin")
+        self.errors = []  # (what, message): runs that failed, reported in the summary
+
+    def argv(self, kind, args):
+        tcp = [os.path.join(self.bin, "tcpPingPong"), "--local", "--json"]
+        if kind == "tcp":
+            return tcp + args
+        if kind == "unix":
+            return tcp + ["--unix"] + args
+        if kind.startswith("preload"):
+            return [os.path.join(self.bin, "rdmashim"), "run", "--"] + tcp + args
+        if kind == "core":
+            return [os.path.join(self.bin, "rdmaPingPong"), "--local", "--json"] + args
+        raise ValueError(kind)
+
+    def env(self, kind, extra=None):
+        e = dict(os.environ)
+        if kind.startswith("preload"):
+            # info: one line per connection (never per call), to check shm was taken
+            e["RDMASHIM_LOG"] = "info"
+        if kind == "preload-every":
+            e["RDMASHIM_SHORT_CONN_MS"] = "0"  # every connection upgraded
+        e.update(extra or {})
+        return e
+
+    def run(self, kind, args, timeout=120, extra_env=None):
+        """One tool run: its JSON report plus cpu_s (user+sys of the tool
+        and its forked server), upgraded (preload: some connection took shm)
+        and wall_s; None when it failed."""
+        before = resource.getrusage(resource.RUSAGE_CHILDREN)
+        t0 = time.monotonic()
+        try:
+            p = subprocess.run(self.argv(kind, args), env=self.env(kind, extra_env), capture_output=True,
+                               text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            self.errors.append((f"{kind} {' '.join(args)}", f"timed out after {timeout} s"))
+            return None
+        wall = time.monotonic() - t0
+        after = resource.getrusage(resource.RUSAGE_CHILDREN)
+        line = p.stdout.strip().splitlines()[-1] if p.stdout.strip() else ""
+        if p.returncode != 0 or not line.startswith("{"):
+            self.errors.append((f"{kind} {' '.join(args)}", f"exit {p.returncode}: {p.stderr.strip()[-300:]}"))
+            return None
+        r = json.loads(line)
+        r["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+        r["wall_s"] = wall
+        if kind.startswith("preload"):
+            r["upgraded"] = bool(re.search(r"-> shm", p.stderr))
+        return r
+
+
+def median(xs):
+    xs = sorted(x for x in xs if x is not None)
+    return xs[(len(xs) - 1) // 2] if xs else None
+
+
+def sizes(lo, hi, step=4):
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= step
+    return out
+
+
+def warmup_for(size, most):
+    # Enough round trips to get past the first milliseconds, without making
+    # a 1 MiB TCP run spend seconds warming up.
+    return most if size <= 4096 else max(20, min(most, int(4e7 // size)))
+
+
+def latency(t, size_list, ms, warmup, kinds=KINDS):
+    """Ping-pong per size: round trips/s, p50/p99/p99.9 after warm-up, and
+    the warm-up itself (rate of the first 1,000, time until steady)."""
+    out = []
+    for size in size_list:
+        for kind in kinds:
+            r = t.run(kind, ["--size", str(size), "--iters", "100000000", "--warmup", str(warmup_for(size, warmup)),
+                             "--ms", str(ms)])
+            out.append({"kind": kind, "size": size, "result": r})
+    return out
+
+
+def cold_start(t, iters, repeat):
+    """The 64 B ping-pong from the first round trip (no warm-up): iters round trips."""
+    out = []
+    for i in range(repeat):
+        for kind in KINDS:
+            r = t.run(kind, ["--size", "64", "--iters", str(iters), "--warmup", "1"])
+            out.append({"kind": kind, "rep": i, "result": r})
+    return out
+
+
+def stream_once(t, kind, size, seconds, extra=None):
+    # A short pilot sizes the measured run to about `seconds`.
+    pilot = min(max(size * 2000, 64 << 10), 64 << 20)
+    pilot -= pilot % size
+    p = t.run(kind, ["--stream", "--size", str(size), "--bytes", str(pilot)])
+    if not p:
+        return None
+    total = int(min(max(p["bytes_per_s"] * seconds, pilot), 16 << 30))
+    total -= total % size
+    return t.run(kind, ["--stream", "--size", str(size), "--bytes", str(total)] + (extra or []))
+
+
+def stream(t, size_list, seconds, kinds=KINDS):
+    """One-way stream of size-byte writes: bytes/s, messages/s, CPU per GB."""
+    out = []
+    for size in size_list:
+        for kind in kinds:
+            r = stream_once(t, kind, size, seconds)
+            if r:
+                r["msgs_per_s"] = r["bytes_per_s"] / size
+                r["cpu_s_per_gb"] = r["cpu_s"] / (r["bytes"] / 1e9)
+            out.append({"kind": kind, "size": size, "result": r})
+    return out
+
+
+def paced(t, max_rates, size, fractions, seconds, repeat):
+    """A stream paced at fractions of each kind's measured maximum."""
+    out = []
+    for kind, top in max_rates.items():
+        for f in fractions:
+            for i in range(repeat):
+                rate = int(top * f)
+                total = max(size, int(rate * seconds) // size * size)
+                r = t.run(kind, ["--stream", "--size", str(size), "--bytes", str(total), "--rate", str(rate)])
+                if r:
+                    r["target_bytes_per_s"] = rate
+                    r["achieved_ratio"] = r["bytes_per_s"] / rate
+                out.append({"kind": kind, "fraction": f, "rep": i, "result": r})
+    return out
+
+
+def connections(t, n, repeat):
+    """connect + one 64 B exchange + close, n times (tcpPingPong --connects;
+    rdmaPingPong has no such mode: the core API's row is absent)."""
+    out = []
+    for i in range(repeat):
+        for kind in ["tcp", "unix", "preload", "preload-every"]:
+            r = t.run(kind, ["--connects", str(n)])
+            out.append({"kind": kind, "rep": i, "result": r})
+    return out
+
+
+class Hogs:
+    """CPU hogs (`yes > /dev/null`, not pinned) beside a measurement."""
+
+    def __init__(self, n):
+        self.n, self.procs = n, []
+
+    def __enter__(self):
+        self.procs = [subprocess.Popen(["yes"], stdout=subprocess.DEVNULL) for _ in range(self.n)]
+        return self
+
+    def __exit__(self, *exc):
+        for p in self.procs:
+            p.send_signal(signal.SIGKILL)
+            p.wait()
+
+
+def busy(t, pair_counts, hog_counts, ms):
+    """N 64 B ping-pong pairs at once (each its own client and server), with
+    and without CPU hogs: the sum of their round trips/s."""
+    out = []
+    for hogs in hog_counts:
+        for pairs in pair_counts:
+            for kind in KINDS:
+                with Hogs(hogs):
+                    args = ["--size", "64", "--iters", "100000000", "--warmup", "1000", "--ms", str(ms)]
+                    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+                    procs = [subprocess.Popen(t.argv(kind, args), env=t.env(kind), stdout=subprocess.PIPE,
+                                              stderr=subprocess.PIPE, text=True) for _ in range(pairs)]
+                    rates, ok, upgraded = [], True, True
+                    for p in procs:
+                        try:
+                            so, se = p.communicate(timeout=ms / 1000 + 60)
+                        except subprocess.TimeoutExpired:
+                            p.kill()
+                            so, se = p.communicate()
+                        if p.returncode != 0 or not so.strip().startswith("{"):
+                            ok = False
+                            t.errors.append((f"busy {kind} x{pairs} hogs {hogs}", se.strip()[-300:]))
+                            continue
+                        rates.append(json.loads(so.strip().splitlines()[-1])["round_trips_per_s"])
+                        if kind == "preload" and "-> shm" not in se:
+                            upgraded = False
+                    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+                r = None
+                if ok:
+                    r = {"round_trips_per_s": sum(rates), "per_pair": rates,
+                         "cpu_s": after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime}
+                    if kind == "preload":
+                        r["upgraded"] = upgraded
+                out.append({"kind": kind, "pairs": pairs, "hogs": hogs, "result": r})
+    return out
+
+
+def memory(t, total):
+    """What an idle connection holds after moving `total` bytes (64 KiB writes)."""
+    out = []
+    for kind in ["tcp", "unix", "preload"]:
+        r = t.run(kind, ["--stream", "--size", "65536", "--bytes", str(total), "--idle-ms", "300"])
+        out.append({"kind": kind, "result": r})
+    return out
+
+
+def descriptors(t, n):
+    """n connections open at once: descriptors of each side (tcpPingPong --hold),
+    at the systemd default soft limit of 1024."""
+    out = []
+    for kind in ["tcp", "preload"]:
+        lim = resource.getrlimit(resource.RLIMIT_NOFILE)
+        soft = min(1024, lim[1]) if lim[1] != resource.RLIM_INFINITY else 1024
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, lim[1]))
+        try:
+            r = t.run(kind, ["--hold", str(n)])
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, lim)
+        out.append({"kind": kind, "result": r})
+    return out
+
+
+def memcpy_bytes_per_s(mib=64, reps=8):
+    """One-thread memcpy bandwidth (a bytearray slice copy is one memcpy)."""
+    a, b = bytearray(os.urandom(1 << 20) * mib), bytearray(mib << 20)
+    best = 0.0
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        b[:] = a
+        best = max(best, len(a) / (time.perf_counter() - t0))
+    return best
+
+
+def servers(root, build, duration, rows):
+    """bench/servers' rows (PostgreSQL, Redis; TCP vs rdmashim), parsed from its table."""
+    env = dict(os.environ, RDMASHIM_BUILD=build)
+    args = [os.path.join(root, "bench", "servers"), "--duration", str(duration)] + (["--rows", rows] if rows else [])
+    p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
+    out = []
+    for line in p.stdout.splitlines():
+        if not re.match(r"^(pgbench|redis)", line):
+            continue
+        name = line[:26].rstrip()
+        f = line[26:].split()
+        # TCP tx/s, CPU us/tx, shim tx/s, CPU us/tx, ratio, bg, target, result
+        try:
+            out.append({"workload": name, "tcp_tx_per_s": float(f[0]), "tcp_cpu_us_per_tx": float(f[1]),
+                        "preload_tx_per_s": float(f[2]), "preload_cpu_us_per_tx": float(f[3]),
+                        "ratio": float(f[4].rstrip("x")), "bg": f[5]})
+        except (IndexError, ValueError):
+            continue
+    if not out:
+        return {"rows": [], "skipped": p.returncode == 77,
+                "error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
+    return {"rows": out}
