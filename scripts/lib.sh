@@ -6,7 +6,7 @@ RDMASHIM_BUILD=${RDMASHIM_BUILD:-$RDMASHIM_ROOT/build}
 
 # Packages for building and testing. Each script adds its own extras.
 RDMASHIM_BUILD_PACKAGES=(g++ cmake make pkg-config libgtest-dev libibverbs-dev librdmacm-dev libxxhash-dev
-                         ibverbs-providers libboost-dev)
+                         ibverbs-providers libboost-dev libbenchmark-dev python3-matplotlib)
 # The sanitizer and fuzz stages of scripts/test (CMakePresets.json): ninja for
 # building single targets, clang and its runtimes for libFuzzer.
 RDMASHIM_SANITIZER_PACKAGES=(ninja-build clang libclang-rt-14-dev)

@@ -7,7 +7,7 @@
 //   --hold N      N connections open at once after one exchange each; both
 //                 sides count their open descriptors (/proc/self/fd), all
 //                 and those numbered below the soft RLIMIT_NOFILE (the
-//                 program's own range)
+//                 program's own range), and their resident memory
 #include "tcp_modes.h"
 
 #include <dirent.h>
@@ -40,6 +40,16 @@ int open_fds(bool below_limit = false) {
   while (dirent* e = readdir(d)) n += e->d_name[0] != '.' && (!below_limit || atol(e->d_name) < limit);
   closedir(d);
   return n - 1;  // the directory's own descriptor
+}
+
+// Resident memory of this process (kB), shared pages (the rings) included.
+long rss_kb() {
+  long pages = 0, resident = 0;
+  if (FILE* f = fopen("/proc/self/statm", "r")) {
+    if (fscanf(f, "%ld %ld", &pages, &resident) != 2) resident = 0;
+    fclose(f);
+  }
+  return resident * (sysconf(_SC_PAGESIZE) / 1024);
 }
 
 bool exchange(Channel& ch, std::vector<char>& buf) {
@@ -86,7 +96,7 @@ int serve(const char* tool, int listener, const PingPongOptions& o) {
   close(listener);
   // Our count goes back on the last connection, in one message.
   std::fill(buf.begin(), buf.end(), '\0');
-  snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d", open_fds(), open_fds(true));
+  snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d,\"server_rss_kb\":%ld", open_fds(), open_fds(true), rss_kb());
   chans.back().send_all(buf.data(), buf.size());
   chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
   for (int fd : fds) close(fd);
@@ -165,11 +175,12 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
       if (!exchange(chans.back(), buf)) rc = 1;
     }
     int mine = open_fds(), mine_low = open_fds(true);
+    long mine_kb = rss_kb();
     if (rc == 0 && chans.back().recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size())) {
       buf.back() = '\0';
       printf("{\"tool\":\"%s\",\"mode\":\"hold\",\"connections\":%llu,\"client_fds\":%d,\"client_low_fds\":%d,"
-             "\"client_base_fds\":%d,\"server_fds\":%s}\n",
-             tool, (unsigned long long)o.hold, mine, mine_low, base, buf.data());
+             "\"client_base_fds\":%d,\"client_rss_kb\":%ld,\"server_fds\":%s}\n",
+             tool, (unsigned long long)o.hold, mine, mine_low, base, mine_kb, buf.data());
     } else {
       fprintf(stderr, "%s: --hold: exchanges failed\n", tool);
       rc = 1;

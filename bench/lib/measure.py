@@ -66,7 +66,27 @@ class Tools:
         r["wall_s"] = wall
         if kind.startswith("preload"):
             r["upgraded"] = bool(re.search(r"-> shm", p.stderr))
+            r["shm_sides"] = len(re.findall(r"-> shm", p.stderr))  # one line per side per connection
         return r
+
+
+def background(samples=10, interval=0.05):
+    """Runnable threads of other programs right now: the mean of /proc/loadavg's
+    runnable count (minus the reader) over samples * interval seconds."""
+    total = 0
+    for _ in range(samples):
+        total += max(0, int(open("/proc/loadavg").read().split()[3].split("/")[0]) - 1)
+        time.sleep(interval)
+    return total / samples
+
+
+def quiet(wait_s):
+    """Waits up to wait_s seconds for the others to leave the CPUs (bg < 0.5); returns bg."""
+    start = time.monotonic()
+    while True:
+        bg = background()
+        if bg < 0.5 or time.monotonic() - start >= wait_s:
+            return bg
 
 
 def median(xs):
@@ -238,6 +258,43 @@ def descriptors(t, n):
             resource.setrlimit(resource.RLIMIT_NOFILE, lim)
         out.append({"kind": kind, "result": r})
     return out
+
+
+def scale(t, n):
+    """n connections open at once in one client process against one server
+    (tcpPingPong --hold, soft RLIMIT_NOFILE raised to the hard limit): how
+    many upgraded, and descriptors and resident memory per connection."""
+    out = []
+    lim = resource.getrlimit(resource.RLIMIT_NOFILE)
+    for kind in ["tcp", "preload"]:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
+        try:
+            before = len(t.errors)
+            r = t.run(kind, ["--hold", str(n)], timeout=300)
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, lim)
+        if r:
+            r["nofile_limit"] = lim[1]
+        out.append({"kind": kind, "result": r, "errors": len(t.errors) - before})
+    return out
+
+
+def micro(build, min_time):
+    """bench/micro/ring_bench (Google Benchmark): the ring's hot operations."""
+    exe = os.path.join(build, "bin", "ring_bench")
+    if not os.access(exe, os.X_OK):
+        return {"rows": [], "skipped_reason": "ring_bench not built (libbenchmark-dev missing)"}
+    p = subprocess.run([exe, "--benchmark_format=json", f"--benchmark_min_time={min_time}"], capture_output=True,
+                       text=True, timeout=300)
+    if p.returncode != 0:
+        return {"rows": [], "error": p.stderr.strip()[-300:]}
+    rows = []
+    for b in json.loads(p.stdout)["benchmarks"]:
+        scale_ns = {"ns": 1, "us": 1e3, "ms": 1e6}.get(b.get("time_unit", "ns"), 1)
+        rows.append({"kind": "ring", "name": b["name"], "result": {
+            "real_ns": b["real_time"] * scale_ns, "cpu_ns": b["cpu_time"] * scale_ns,
+            "bytes_per_s": b.get("bytes_per_second", 0), "iterations": b["iterations"]}})
+    return {"rows": rows}
 
 
 def memcpy_bytes_per_s(mib=64, reps=8):

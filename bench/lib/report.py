@@ -163,8 +163,8 @@ def plots(res, out):
         return []
     made = []
 
-    def sweep(section, field, ylabel, title, name, kinds=KINDS, scale=1.0, logy=True):
-        rows = res["sections"].get(section, {}).get("rows", [])
+    def sweep(section, field, ylabel, title, name, kinds=KINDS, scale=1.0, logy=True, most=None):
+        rows = [r for r in res["sections"].get(section, {}).get("rows", []) if most is None or r["size"] <= most]
         if not rows:
             return
         fig, ax = plt.subplots(figsize=(7, 4.2))
@@ -174,6 +174,10 @@ def plots(res, out):
             if pts:
                 ax.plot(*zip(*pts), marker="o", label=LABEL[kind])
         ax.set_xscale("log", base=2)
+        ticks = sorted({p for r in rows for p in [r["size"]]})
+        ax.set_xticks(ticks)
+        ax.set_xticklabels([fmt_size(x).replace(" ", "") for x in ticks], rotation=45)
+        ax.tick_params(axis="x", which="minor", bottom=False)
         if logy:
             ax.set_yscale("log")
         ax.set_xlabel("message size (bytes, log scale)")
@@ -190,7 +194,8 @@ def plots(res, out):
     sweep("latency", "p99_us", "p99 round trip (us, log)", "Ping-pong: p99 round-trip time by size", "latency_p99.png")
     sweep("stream", "bytes_per_s", "GB/s (log)", "One-way stream: throughput by write size", "throughput.png", scale=1e-9)
     sweep("stream", "cpu_s_per_gb", "CPU s (user+sys) per GB (log)", "One-way stream: CPU per GB moved", "cpu_per_gb.png")
-    sweep("stream", "msgs_per_s", "messages/s (log)", "Message rate by size (must not fall as size shrinks)", "msgrate.png")
+    sweep("stream", "msgs_per_s", "messages/s (log)", "Message rate by size (must not fall as size shrinks)", "msgrate.png",
+          most=max(res["config"]["msgrate_sizes"]))
 
     busy = res["sections"].get("busy", {}).get("rows", [])
     if busy:
@@ -238,7 +243,7 @@ def fmt_size(n):
 
 
 def targets_table(res):
-    lines = ["| figure | measured in this run | target | result |", "|---|---|---|---|"]
+    lines = [f"| figure | measured in this run | target ({res['machine']['cpus']} CPUs) | result |", "|---|---|---|---|"]
     for t in res["targets"]:
         lines.append(f"| {t['figure']} | {t['measured']} | {t['target']} | {t['verdict']} |")
     return "\n".join(lines)
@@ -266,7 +271,10 @@ def summary(res, made):
           "on a shared machine even where the absolute figures move. Kinds: TCP loopback (`tcpPingPong --local`), "
           "Unix socket (`tcpPingPong --local --unix`), rdmashim (`rdmashim run -- tcpPingPong --local`, checked "
           "upgraded to shm), core API (`rdmaPingPong --local`). See docs/bench.md.", "",
-          "## Targets", "", targets_table(res), ""]
+          "## Targets", "", targets_table(res), "",
+          "bg (runnable threads of other programs when each section started; on 2 CPUs, near or above 1 means "
+          "the run shared the machine and spinning could not pay): " +
+          ", ".join(f"{k} {v['bg']:.1f}" for k, v in s.items() if "bg" in v) + ".", ""]
     lat = s.get("latency", {}).get("rows", [])
     if lat:
         md += ["## Latency: ping-pong", "", f"{cfg['latency_ms']} ms per size and transport after the warm-up.", "",
@@ -293,7 +301,8 @@ def summary(res, made):
     if st:
         md += ["## Throughput: one-way stream", "", "GB/s:", "", sweep_table(st, "bytes_per_s", lambda v: f"{v / 1e9:.2f}"), "",
                "CPU (user+sys, both processes) per GB:", "", sweep_table(st, "cpu_s_per_gb", lambda v: f"{v:.2f} s"), "",
-               "Message rate (messages/s):", "", sweep_table(st, "msgs_per_s", lambda v: f"{v:,.0f}"), ""]
+               "Message rate (messages/s):", "",
+               sweep_table([r for r in st if r["size"] <= max(cfg["msgrate_sizes"])], "msgs_per_s", lambda v: f"{v:,.0f}"), ""]
     pc = s.get("paced", {}).get("rows", [])
     if pc:
         md += ["## Paced 64 KiB stream (achieved / target)", "", "| kind | " + " | ".join(f"{f:.0%}" for f in cfg["paced_fractions"]) + " |",
@@ -332,6 +341,36 @@ def summary(res, made):
                       f"{one(fds, side + '_fds', kind='tcp')} / {one(fds, side + '_low_fds', kind='tcp')} | - | "
                       f"{one(fds, side + '_fds', kind='preload')} / {one(fds, side + '_low_fds', kind='preload')} |")
         md.append("")
+    sc = s.get("scale", {}).get("rows", [])
+    if sc:
+        n = cfg["scale"]
+        md += [f"## Scale: {n:,} connections open at once, one client process, one server process", "",
+               "`tcpPingPong --hold`, soft RLIMIT_NOFILE raised to the hard limit "
+               f"({one(sc, 'nofile_limit', kind='tcp')}); one exchange each, then idle.", "",
+               "| kind | upgraded to shm | client fds | server fds | client RSS | server RSS |", "|---|---|---|---|---|---|"]
+        for k in ("tcp", "preload"):
+            r = pick(sc, kind=k)
+            if not r:
+                md.append(f"| {LABEL[k]} | failed | | | | |")
+                continue
+            r = r[0]
+            up = f"{r.get('shm_sides', 0) // 2:,} of {n:,}" if k == "preload" else "-"
+            md.append(f"| {LABEL[k]} | {up} | {r['client_fds']:,} | {r['server_fds']:,} | "
+                      f"{r['client_rss_kb'] / 1024:.1f} MiB | {r['server_rss_kb'] / 1024:.1f} MiB |")
+        t_, p_ = (pick(sc, kind=k) for k in ("tcp", "preload"))
+        if t_ and p_:
+            t_, p_ = t_[0], p_[0]
+            md += ["", f"Per connection, rdmashim minus TCP: client {(p_['client_fds'] - t_['client_fds']) / n:+.2f} fds, "
+                       f"{(p_['client_rss_kb'] - t_['client_rss_kb']) / n:+.1f} KiB; server "
+                       f"{(p_['server_fds'] - t_['server_fds']) / n:+.2f} fds, {(p_['server_rss_kb'] - t_['server_rss_kb']) / n:+.1f} KiB. "
+                       "Not measured yet: the p99 of 10 busy connections among the idle ones."]
+        md.append("")
+    mi = s.get("micro", {}).get("rows", [])
+    if mi:
+        md += ["## Micro-benchmarks of the ring (`bench/micro/ring_bench`, Google Benchmark, fake link, one thread)", "",
+               "| benchmark | ns per op (CPU) | GB/s |", "|---|---|---|"]
+        md += [f"| {r['name']} | {r['result']['cpu_ns']:.1f} | {r['result']['bytes_per_s'] / 1e9:.2f} |" for r in mi]
+        md.append("")
     srv = s.get("servers", {})
     md += ["## Servers (`bench/servers`)", ""]
     if srv.get("rows"):
@@ -342,6 +381,9 @@ def summary(res, made):
         md.append(f"Not measured: {srv.get('skipped_reason') or srv.get('error') or 'no rows'}.")
     md += ["", "## Not in this suite yet", ""]
     md += [f"- {name}: {s[name]['skipped_reason']}" for name in ("scale", "micro", "verbs") if s.get(name, {}).get("skipped_reason")]
+    md += ["- nginx + wrk rows (bench/servers has none yet)",
+           "- scale: the p99 of 10 busy connections among the idle ones, against the same without idle ones",
+           "- verbs: the one- and two-guest Soft-RoCE tables are bench/softroce.sh and bench/softroce_cat.sh (qemu), not run here"]
     if made:
         md += ["", "## Plots", ""] + [f"![{cap}]({f})" for f, cap in made]
     if res["errors"]:
