@@ -8,6 +8,8 @@
 //                 sides count their open descriptors (/proc/self/fd), all
 //                 and those numbered below the soft RLIMIT_NOFILE (the
 //                 program's own range), and their resident memory
+//                 (--then N: then one more connection makes N round trips
+//                 beside the idle ones: its rate and p99)
 #include "tcp_modes.h"
 
 #include <dirent.h>
@@ -93,29 +95,48 @@ int serve(const char* tool, int listener, const PingPongOptions& o) {
     chans.push_back(tcp_channel(fd));
     if (!echo(chans.back(), buf)) return fprintf(stderr, "%s: exchange %llu failed\n", tool, (unsigned long long)i), 1;
   }
-  close(listener);
-  // Our count goes back on the last connection, in one message.
+  // Our count (the listener, still open for --then, not counted) goes back
+  // on the last connection, in one message.
   std::fill(buf.begin(), buf.end(), '\0');
-  snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d,\"server_rss_kb\":%ld", open_fds(), open_fds(true), rss_kb());
+  snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d,\"server_rss_kb\":%ld", open_fds() - 1, open_fds(true) - 1,
+           rss_kb());
   chans.back().send_all(buf.data(), buf.size());
+  if (o.then_iters) {  // the busy one beside the idle ones, echoed until its EOF
+    int fd = accept_one(listener);
+    if (fd < 0) return perror("accept"), 1;
+    tcp_nodelay(fd);
+    Channel ch = tcp_channel(fd);
+    serve_pingpong(ch, o.size);
+    close(fd);
+  }
+  close(listener);
   chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
   for (int fd : fds) close(fd);
   return 0;
 }
 
-// --then: after the burst (and --gap-ms), one connection of then_iters round
-// trips. Returns its round trips/s, or -1.
-double long_lived(const char* tool, uint16_t port, const PingPongOptions& o, std::vector<char>& buf) {
+// --then: after the burst (and --gap-ms), or beside the held connections,
+// one connection of then_iters round trips. Returns its round trips/s (and
+// its p99 in *p99_us), or -1.
+double long_lived(const char* tool, uint16_t port, const PingPongOptions& o, std::vector<char>& buf, double* p99_us) {
   if (o.gap_ms) usleep(static_cast<useconds_t>(o.gap_ms * 1000));
   int fd = tcp_connect(tool, "127.0.0.1", port);
   if (fd < 0) return -1;
   Channel ch = tcp_channel(fd);
+  std::vector<uint32_t> ns;
+  ns.reserve(o.then_iters);
   uint64_t t0 = now_ns();
   bool ok = true;
-  for (uint64_t i = 0; i < o.then_iters && ok; ++i) ok = exchange(ch, buf);
+  for (uint64_t i = 0; i < o.then_iters && ok; ++i) {
+    uint64_t t = now_ns();
+    ok = exchange(ch, buf);
+    ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(now_ns() - t, UINT32_MAX)));
+  }
   double s = static_cast<double>(now_ns() - t0) / 1e9;
   close(fd);
   if (!ok) return fprintf(stderr, "%s: --then: exchange failed\n", tool), -1;
+  std::sort(ns.begin(), ns.end());
+  *p99_us = ns[std::min(ns.size() - 1, static_cast<size_t>(0.99 * static_cast<double>(ns.size())))] / 1e3;
   return static_cast<double>(o.then_iters) / s;
 }
 
@@ -149,7 +170,8 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
       ns.push_back(static_cast<uint32_t>(std::min<uint64_t>(now_ns() - t0, UINT32_MAX)));
     }
     double seconds = static_cast<double>(now_ns() - start) / 1e9;
-    double then_rate = rc == 0 && o.then_iters ? long_lived(tool, port, o, buf) : 0;
+    double then_p99 = 0;
+    double then_rate = rc == 0 && o.then_iters ? long_lived(tool, port, o, buf, &then_p99) : 0;
     if (then_rate < 0) rc = 1;
     if (rc == 0) {
       std::sort(ns.begin(), ns.end());
@@ -158,7 +180,9 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
              "\"connections_per_s\":%.1f,\"p50_us\":%.3f,\"p99_us\":%.3f",
              tool, o.size, (unsigned long long)o.connects, seconds, static_cast<double>(o.connects) / seconds,
              pct(0.5), pct(0.99));
-      if (o.then_iters) printf(",\"then_round_trips_per_s\":%.1f,\"gap_ms\":%llu", then_rate, (unsigned long long)o.gap_ms);
+      if (o.then_iters)
+        printf(",\"then_round_trips_per_s\":%.1f,\"then_p99_us\":%.3f,\"gap_ms\":%llu", then_rate, then_p99,
+               (unsigned long long)o.gap_ms);
       printf("}\n");
     }
   } else {
@@ -178,9 +202,15 @@ int run_connection_mode(const char* tool, const PingPongOptions& o) {
     long mine_kb = rss_kb();
     if (rc == 0 && chans.back().recv_all(buf.data(), buf.size()) == static_cast<ssize_t>(buf.size())) {
       buf.back() = '\0';
+      std::string server(buf.data());
+      double then_p99 = 0;
+      double then_rate = o.then_iters ? long_lived(tool, port, o, buf, &then_p99) : 0;
+      if (then_rate < 0) rc = 1;
       printf("{\"tool\":\"%s\",\"mode\":\"hold\",\"connections\":%llu,\"client_fds\":%d,\"client_low_fds\":%d,"
-             "\"client_base_fds\":%d,\"client_rss_kb\":%ld,\"server_fds\":%s}\n",
-             tool, (unsigned long long)o.hold, mine, mine_low, base, mine_kb, buf.data());
+             "\"client_base_fds\":%d,\"client_rss_kb\":%ld,\"server_fds\":%s",
+             tool, (unsigned long long)o.hold, mine, mine_low, base, mine_kb, server.c_str());
+      if (o.then_iters) printf(",\"then_round_trips_per_s\":%.1f,\"then_p99_us\":%.3f", then_rate, then_p99);
+      printf("}\n");
     } else {
       fprintf(stderr, "%s: --hold: exchanges failed\n", tool);
       rc = 1;

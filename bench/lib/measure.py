@@ -260,22 +260,24 @@ def descriptors(t, n):
     return out
 
 
-def scale(t, n):
+def scale(t, n, busy_iters):
     """n connections open at once in one client process against one server
     (tcpPingPong --hold, soft RLIMIT_NOFILE raised to the hard limit): how
-    many upgraded, and descriptors and resident memory per connection."""
+    many upgraded, descriptors and resident memory per connection, and one
+    busy connection beside them (--then: busy_iters 64 B round trips, its
+    rate and p99), against the same with one idle connection (idle=1)."""
     out = []
     lim = resource.getrlimit(resource.RLIMIT_NOFILE)
-    for kind in ["tcp", "preload"]:
-        resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
-        try:
-            before = len(t.errors)
-            r = t.run(kind, ["--hold", str(n)], timeout=300)
-        finally:
-            resource.setrlimit(resource.RLIMIT_NOFILE, lim)
-        if r:
-            r["nofile_limit"] = lim[1]
-        out.append({"kind": kind, "result": r, "errors": len(t.errors) - before})
+    for idle in (n, 1):
+        for kind in ["tcp", "preload"]:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
+            try:
+                r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters)], timeout=300)
+            finally:
+                resource.setrlimit(resource.RLIMIT_NOFILE, lim)
+            if r:
+                r["nofile_limit"] = lim[1]
+            out.append({"kind": kind, "idle": idle, "result": r})
     return out
 
 
