@@ -44,6 +44,8 @@ class Tools:
         return e
 
     def run(self, kind, args, timeout=120, extra_env=None):
+        need = ("bytes_per_s" if "--stream" in args else "connections_per_s" if "--connects" in args
+                else "client_fds" if "--hold" in args else "round_trips_per_s")
         """One tool run: its JSON report plus cpu_s (user+sys of the tool
         and its forked server), upgraded (preload: some connection took shm)
         and wall_s; None when it failed."""
@@ -62,11 +64,16 @@ class Tools:
             self.errors.append((f"{kind} {' '.join(args)}", f"exit {p.returncode}: {p.stderr.strip()[-300:]}"))
             return None
         r = json.loads(line)
+        if need not in r:
+            self.errors.append((f"{kind} {' '.join(args)}", f"no {need} in its report: {line[:200]}"))
+            return None
         r["cpu_s"] = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
         r["wall_s"] = wall
         if kind.startswith("preload"):
             r["upgraded"] = bool(re.search(r"-> shm", p.stderr))
             r["shm_sides"] = len(re.findall(r"-> shm", p.stderr))  # one line per side per connection
+            clients = re.findall(r"\(client\) -> (\S+)", p.stderr)
+            r["last_client_shm"] = bool(clients) and clients[-1] == "shm"  # the last connection (--then's busy one)
         return r
 
 

@@ -358,16 +358,21 @@ def summary(res, made):
                     continue
                 r = r[0]
                 up = f"{r.get('shm_sides', 0) // 2:,} of {idle + 1:,}" if k == "preload" else "-"
-                md.append(f"| {LABEL[k]} | {idle:,} | {up} | {r['client_fds']:,} | {r['server_fds']:,} | "
-                          f"{r['client_rss_kb'] / 1024:.1f} MiB | {r['server_rss_kb'] / 1024:.1f} MiB | "
+                md.append(f"| {LABEL[k]} | {idle:,} | {up} | {r.get('client_fds', 0):,} | {r.get('server_fds', 0):,} | "
+                          f"{r.get('client_rss_kb', 0) / 1024:.1f} MiB | {r.get('server_rss_kb', 0) / 1024:.1f} MiB | "
                           f"{r.get('then_round_trips_per_s', 0):,.0f} | {r.get('then_p99_us', 0):.1f} us |")
         t_, p_ = (pick(sc, kind=k, idle=n) for k in ("tcp", "preload"))
         if t_ and p_:
             t_, p_ = t_[0], p_[0]
-            md += ["", f"Per connection, rdmashim minus TCP: client {(p_['client_fds'] - t_['client_fds']) / n:+.2f} fds, "
-                       f"{(p_['client_rss_kb'] - t_['client_rss_kb']) / n:+.1f} KiB; server "
-                       f"{(p_['server_fds'] - t_['server_fds']) / n:+.2f} fds, {(p_['server_rss_kb'] - t_['server_rss_kb']) / n:+.1f} KiB "
-                       "(RSS counts the ring pages touched; connections kept on TCP by the descriptor budget count as TCP ones)."]
+            # the idle ones upgraded (the busy one, counted in shm_sides when it took shm, came after the counts)
+            up = max(1, p_.get("shm_sides", 0) // 2 - (1 if p_.get("last_client_shm") else 0))
+            per = lambda f: (p_.get(f, 0) - t_.get(f, 0)) / up
+            md += ["", f"Per upgraded idle connection ({up:,} of {n:,}; the descriptor budget keeps the rest on TCP "
+                       f"under the hard limit), rdmashim minus TCP: client {per('client_fds'):+.2f} fds, "
+                       f"{per('client_rss_kb'):+.1f} KiB resident; server {per('server_fds'):+.2f} fds, "
+                       f"{per('server_rss_kb'):+.1f} KiB (resident counts the ring pages touched). Busy connection's "
+                       f"p99 beside {n:,} idle: TCP {t_.get('then_p99_us', 0):.1f} us, rdmashim {p_.get('then_p99_us', 0):.1f} us "
+                       f"({'on shm' if p_.get('last_client_shm') else 'kept on TCP by the descriptor budget'})."]
         md.append("")
     mi = s.get("micro", {}).get("rows", [])
     if mi:
