@@ -4,7 +4,7 @@ import csv
 import json
 import os
 
-from measure import KINDS, median
+from measure import KINDS, median, warmup_for
 
 LABEL = {"tcp": "TCP loopback", "unix": "Unix socket", "preload": "rdmashim (preload)",
          "preload-every": "rdmashim, every conn. upgraded", "core": "rdmashim core API"}
@@ -285,6 +285,11 @@ def summary(res, made):
                "\n".join(f"| {fmt_size(z)} | " + " | ".join(
                    "/".join(f"{one(lat, f, kind=k, size=z) or 0:.1f}" for f in ("p50_us", "p99_us", "p999_us")) for k in KINDS) + " |"
                    for z in sorted({r["size"] for r in lat})), "",
+               "CPU per round trip, both processes (user+sys over the whole run, warm-up and start-up included: "
+               "spinning shows here), us:", "",
+               sweep_table([dict(r, result=dict(r["result"], cpu_us_per_rt=r["result"]["cpu_s"] * 1e6 /
+                                                (r["result"]["iters"] + warmup_for(r["size"], cfg["warmup"]))))
+                            for r in lat if r.get("result")], "cpu_us_per_rt", lambda v: f"{v:.1f}"), "",
                "Warm-up (reported apart from the steady figures): rate of the first 1,000 round trips / time until steady (us):", "",
                "| size | " + " | ".join(LABEL[k] for k in KINDS) + " |", "|---" * (len(KINDS) + 1) + "|"]
         md += [f"| {fmt_size(z)} | " + " | ".join(f"{one(lat, 'first_1000_per_s', kind=k, size=z) or 0:,.0f}/s, "
