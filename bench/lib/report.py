@@ -281,7 +281,7 @@ def summary(res, made):
         md += ["## Latency: ping-pong", "", f"{cfg['latency_ms']} ms per size and transport after the warm-up.", "",
                "Round trips/s:", "", sweep_table(lat, "round_trips_per_s", lambda v: f"{v:,.0f}"), "",
                "p50 / p99 / p99.9 round trip (us):", "",
-               sweep_table(lat, "p50_us", lambda v: f"{v:.1f}").split("\n")[0].replace(" rdmashim / TCP |", " |") + "\n" +
+               "| size | " + " | ".join(LABEL[k] for k in KINDS) + " |\n" +
                "|---" * (len(KINDS) + 1) + "|\n" +
                "\n".join(f"| {fmt_size(z)} | " + " | ".join(
                    "/".join(f"{one(lat, f, kind=k, size=z) or 0:.1f}" for f in ("p50_us", "p99_us", "p999_us")) for k in KINDS) + " |"
