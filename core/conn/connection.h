@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "link/transport.h"
 #include "ring/ring_channel.h"
@@ -304,8 +305,9 @@ class Connection {
   void on_peer_downgrade(const wire::Downgrade& d);  // rx_mu_ held
   void answer_ask_now();                             // rx_mu_ held (handover.cc)
   bool leave_tx_now(uint8_t flags);                  // both locks held (handover.cc)
-  int await_peer_leave(uint64_t give_up_ns);         // both locks held (handover.cc)
-  int hold_unread(uint8_t reason);                   // both locks held (handover.cc)
+  int read_framed_rest(std::vector<unsigned char>* early, uint64_t give_up_ns);  // both locks held
+  int await_peer_leave(uint64_t give_up_ns);                                     // both locks held
+  int hold_unread(uint8_t reason, const std::vector<unsigned char>& early);      // both locks held
   bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
   void follow_sibling_downgrade();                   // rx_mu_ held
   bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }
@@ -404,6 +406,7 @@ class Connection {
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
   bool parents_transport_ = false;  // a forked child's copy of a transport it must not touch
+  bool user_added_for_fork_ = false;  // settle_before_fork counted the child already
   uint64_t last_ping_ns_ = 0;
   std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket
   std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail

@@ -17,7 +17,16 @@ namespace rdmashim {
 void Connection::settle_before_fork() {
   forked_.store(true, std::memory_order_relaxed);
   if (io_started_.load(std::memory_order_relaxed)) settle_handshake();
-  if (on_ring() && transport_ && !transport_->survives_fork()) (void)hand_over_ring(wire::kDowngradeFork);
+  if (transport_ && !transport_->survives_fork()) (void)hand_over_ring(wire::kDowngradeFork);
+  // The child counts as a user from before the fork: a parent that closes
+  // its copy at once (before the child's handler ran) must already see the
+  // ring shared, or it gives the ring's pages back under the child. (A fork
+  // that fails leaves one user too many: the side locks are then taken
+  // for nothing, and its pages stay until close.)
+  if (transport_ && transport_->survives_fork()) {
+    transport_->add_user();
+    user_added_for_fork_ = true;
+  }
 }
 
 void Connection::settle_handshake() {
@@ -161,7 +170,8 @@ void Connection::on_fork_child() {
   (void)retired_.release();
   if (!transport_) return;
   if (transport_->survives_fork()) {
-    transport_->add_user();
+    if (!user_added_for_fork_) transport_->add_user();  // (a test forking by itself)
+    user_added_for_fork_ = false;
     return;
   }
   // The parent's transport is neither used nor destroyed here (see
@@ -169,7 +179,7 @@ void Connection::on_fork_child() {
   // the stream is plain TCP, here as there; else it stays the parent's and
   // reads as reset here.
   parents_transport_ = true;
-  if (!on_ring()) return;
+  if (passthrough()) return;
   orphaned_ = true;
   rx_ring_.store(false, std::memory_order_relaxed);  // no waiting on its doorbell either
   tx_ring_.store(false, std::memory_order_relaxed);

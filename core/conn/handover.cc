@@ -19,20 +19,50 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstring>
 #include <new>
+#include <vector>
 
 #include "conn/connection.h"
 #include "shm/shm_transport.h"
 #include "sys/sys.h"
 #include "util/config.h"
 #include "util/log.h"
+#include "util/iov.h"
 #include "util/misc.h"
+#include "ring/ring_limits.h"
 
 namespace rdmashim {
 
+namespace {
+
+// What the held ring is filled with: the framed bytes read off the TCP side
+// first, then the unread ring bytes, as a peek of the ring reads them.
+struct HeldBytes {
+  const std::vector<unsigned char>* early;
+  RingChannel* ring;
+  static bool fill(void* ctx, const iovec* iov, int n) {
+    auto* h = static_cast<HeldBytes*>(ctx);
+    size_t total = iov_total(iov, n), e = h->early->size();
+    iovec part[4];
+    size_t done = 0;
+    for (int i = 0; i < n && done < e; ++i) {  // the early bytes, across the iovecs
+      size_t k = iov[i].iov_len < e - done ? iov[i].iov_len : e - done;
+      memcpy(iov[i].iov_base, h->early->data() + done, k);
+      done += k;
+    }
+    if (total == e) return true;
+    int m = iov_slice(iov, n, e, SIZE_MAX, part, 4);
+    return h->ring && h->ring->read(part, m, true) == static_cast<ssize_t>(total - e);
+  }
+};
+
+}  // namespace
+
 int Connection::hand_over_ring(uint8_t reason) {
-  if (!on_ring() || orphaned_) return 0;
+  if (orphaned_ || parents_transport_ || !transport_ || passthrough()) return 0;
   const char* what = reason == wire::kDowngradeExec ? "exec" : "fork";
+  const char* who = reason == wire::kDowngradeExec ? "new program" : "child";
   const char* role = role_ == Role::kClient ? "client" : "server";
   // Never wait long behind another thread's call on this stream: a reader
   // blocked on it holds the receive lock for as long as the peer is quiet.
@@ -44,69 +74,103 @@ int Connection::hand_over_ring(uint8_t reason) {
       rx.unlock();
     }
     if (i == 100) {
-      RDMASHIM_WARN("fd %d (%s): another thread is in a call on this %s stream at %s; the %s cannot use it",
-                    fd(), role, transport_ ? transport_->name() : "ring", what,
-                    reason == wire::kDowngradeExec ? "new program" : "child");
+      RDMASHIM_WARN("fd %d (%s): another thread is in a call on this %s stream at %s; the %s cannot use it", fd(),
+                    role, transport_->name(), what, who);
       return -EBUSY;
     }
     usleep(1000);
   }
-  if (!transport_ || transport_->survives_fork()) return 0;
-  bool rx_on = rx_ == Rx::kRing && !rx_leaving_.load(std::memory_order_relaxed);
-  if ((rx_ != Rx::kRing && rx_ != Rx::kRaw) || (tx_ != Tx::kRing && tx_ != Tx::kRaw) ||
-      !peer_downgrades_.load(std::memory_order_relaxed)) {
+  if (!transport_ || transport_->survives_fork() || in_setup_.load(std::memory_order_relaxed)) return 0;
+  const bool framed_ok = tx_ != Tx::kFramed || (tx_hdr_left_ == 0 && tx_frame_left_ == 0);
+  if (!peer_downgrades_.load(std::memory_order_relaxed) || !framed_ok) {
     RDMASHIM_WARN("fd %d (%s): this %s stream cannot leave its ring at %s (%s); the %s sees it as reset", fd(), role,
                   transport_->name(), what,
-                  peer_downgrades_.load(std::memory_order_relaxed) ? "its handshake is not settled"
-                                                                   : "the peer's rdmashim is older",
-                  reason == wire::kDowngradeExec ? "new program" : "child");
+                  framed_ok ? "the peer's rdmashim is older" : "a frame is half sent", who);
     return -ENOTSUP;
   }
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   tx_held_ = true;
   note_reason(reason);
   uint64_t give_up = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  bool rx_open = (rx_ == Rx::kRing && !rx_leaving_.load(std::memory_order_relaxed)) || rx_ == Rx::kFramed;
   int r = 0;
-  if (tx_ == Tx::kRing) {
+  if (tx_ == Tx::kRing || tx_ == Tx::kFramed) {
     // After our own FIN nothing more can go on TCP: the peer cannot be asked.
     if (tx_shut_.load(std::memory_order_relaxed)) {
       tx_ = Tx::kRaw;  // its stream ended: writes fail on TCP as on the ring
       tx_ring_.store(false, std::memory_order_release);
-      if (rx_on && !tcp_eof_ && !peer_closed_) r = -EPIPE;
-    } else if (!leave_tx_now(rx_on ? wire::kDowngradeAsk | wire::kDowngradeNow : 0)) {
+      if (rx_open && !tcp_eof_ && !peer_closed_) r = -EPIPE;
+    } else if (!leave_tx_now(rx_open ? wire::kDowngradeAsk | wire::kDowngradeNow : 0)) {
       r = -EPIPE;
     }
   }
+  std::vector<unsigned char> early;
+  if (r == 0 && rx_ == Rx::kFramed) r = read_framed_rest(&early, give_up);
   if (r == 0 && rx_ == Rx::kRing) r = await_peer_leave(give_up);
-  if (r == 0 && rx_ == Rx::kRing) r = hold_unread(reason);
+  if (r == 0) r = hold_unread(reason, early);
   tx_held_ = false;
   if (r != 0) {
     RDMASHIM_WARN("fd %d (%s): the peer did not leave its %s ring within %u ms at %s (%s); the %s sees this stream as reset",
-                  fd(), role, transport_->name(), config().setup_timeout_ms, what, r == -ETIMEDOUT ? "no answer" : "error",
-                  reason == wire::kDowngradeExec ? "new program" : "child");
+                  fd(), role, transport_->name(), config().setup_timeout_ms, what,
+                  r == -ETIMEDOUT ? "no answer" : strerror(-r), who);
   }
   return r;
 }
 
-// Both locks held, tx on the ring: Downgrade{position, Leave | flags} goes
-// out now, on its own (the peer is alive: it is asked to answer at once, and
-// we wait for that answer before anything else happens here).
+// Both locks held: our tx leaves, Downgrade{position, Leave | flags}, now,
+// on its own (the peer is alive: it is asked to answer at once, and we wait
+// for that answer before anything else happens here). A framed tx (at a
+// frame boundary) leaves at position 0: the peer's rx goes raw at once.
 bool Connection::leave_tx_now(uint8_t flags) {
-  flush_tx();  // our ring writes land before the peer reads where they end
   wire::Downgrade d{};
   d.reason = static_cast<uint8_t>(down_reason_.load(std::memory_order_relaxed) & 0x7f);
-  d.position = ring_->tx_position();
+  if (tx_ == Tx::kRing) {
+    flush_tx();  // our ring writes land before the peer reads where they end
+    d.position = ring_->tx_position();
+  }
   d.flags = static_cast<uint8_t>(wire::kDowngradeLeave | flags);
   if (send_control(wire::FrameType::kDowngrade, &d, sizeof d) != 0) return false;
   if (flags & wire::kDowngradeAsk) down_asked_ = true;
   down_want_.store(0, std::memory_order_relaxed);
   tx_ = Tx::kRaw;
+  tx_want_ = TxWant::kNone;
   tx_again_.fetch_add(1, std::memory_order_relaxed);
   tx_ring_.store(false, std::memory_order_release);
   left_ring(kLeftTx);
   return true;
 }
 
+// Both locks held, rx framed: the peer's DATA frames still on the TCP side
+// are read into `early`, up to its Switch (then its ring follows), its
+// Downgrade or Plain (then raw bytes follow) or its FIN.
+int Connection::read_framed_rest(std::vector<unsigned char>* early, uint64_t give_up_ns) {
+  while (rx_ == Rx::kFramed) {
+    int r;
+    if (rx_frame_left_ > 0) {
+      size_t at = early->size();
+      early->resize(at + rx_frame_left_);
+      iovec v{early->data() + at, rx_frame_left_};
+      ssize_t n = tcp_recv(&v, 1, MSG_DONTWAIT);
+      early->resize(at + (n > 0 ? static_cast<size_t>(n) : 0));
+      if (n > 0) rx_frame_left_ -= static_cast<uint32_t>(n);
+      r = n > 0 ? 1 : static_cast<int>(n);
+    } else {
+      r = read_frame(MSG_DONTWAIT);
+    }
+    if (r == 0) {  // FIN: the stream ends after what was read
+      tcp_eof_ = true;
+      return 0;
+    }
+    if (r > 0) continue;
+    if (r != -EAGAIN && r != -EWOULDBLOCK && r != -EINTR) return r;
+    uint64_t now = now_ns();
+    if (now >= give_up_ns) return -ETIMEDOUT;
+    pollfd p{fd(), POLLIN, 0};
+    int ms = static_cast<int>((give_up_ns - now) / 1'000'000) + 1;
+    sys::real().poll(&p, 1, ms < 50 ? ms : 50);
+  }
+  return 0;
+}
 // Both locks held, rx on the ring: reads the TCP side until the peer's
 // Downgrade (or its FIN) says where its ring stream ends, then waits until
 // the ring's tail is there (a verbs link learns it from its completions).
@@ -145,41 +209,57 @@ int Connection::await_peer_leave(uint64_t give_up_ns) {
   return 0;
 }
 
-// Both locks held: the ring's unread bytes [head, end) are final. None: rx
-// is raw TCP now (after a FIN, at its end there). Else they move to a
-// shared-memory ring that follows fork and exec, and the verbs transport is
-// retired.
-int Connection::hold_unread(uint8_t reason) {
-  const bool left = rx_leaving_.load(std::memory_order_relaxed);
-  const uint64_t head = ring_->rx_position(), end = rx_down_pos_;
-  if (head == end) {
-    (void)finish_rx_downgrade();
+// Both locks held, the peer's stream known to end: `early` (framed bytes
+// read off the TCP side) and the ring's unread bytes [head, end) are final.
+// None: rx is raw TCP now (after a FIN, at its end there). Else they move to
+// a shared-memory ring that follows fork and exec (positions from 0), and
+// the verbs transport is retired.
+int Connection::hold_unread(uint8_t reason, const std::vector<unsigned char>& early) {
+  const bool on = rx_ == Rx::kRing;
+  const bool left = on ? rx_leaving_.load(std::memory_order_relaxed) : rx_ == Rx::kRaw;
+  const uint64_t head = on ? ring_->rx_position() : 0, end = on ? rx_down_pos_ : 0;
+  if (head > end) return -EPROTO;
+  const uint64_t n = early.size() + (end - head);
+  if (n == 0) {
+    if (on) {
+      (void)finish_rx_downgrade();
+    } else if (rx_ == Rx::kRaw) {
+      left_ring(kLeftRx);
+      update_passthrough();
+    }
     return 0;
   }
-  if (head > end) return -EPROTO;
-  // Copied out as a peek of the ring itself reads them (whatever the link's layout).
-  auto fill = [](void* ring, const iovec* iov, int n) {
-    size_t want = iov[0].iov_len + iov[1].iov_len;
-    return static_cast<RingChannel*>(ring)->read(iov, n, true) == static_cast<ssize_t>(want);
-  };
+  size_t size = transport_->link().ring_size();
+  while (size < n && size < kMaxRingSize) size <<= 1;
+  if (n > size) return -EMSGSIZE;
+  HeldBytes bytes{&early, on ? ring_.get() : nullptr};
   int err = 0;
-  auto held = shm::ShmTransport::hold(role_ == Role::kClient ? shm::kClient : shm::kServer,
-                                      ring_->link().ring_size(), head, end, left, fill, ring_.get(), &err);
+  auto held = shm::ShmTransport::hold(role_ == Role::kClient ? shm::kClient : shm::kServer, size, 0, n,
+                                      left || rx_ == Rx::kRaw, &HeldBytes::fill, &bytes, &err);
   std::unique_ptr<RingChannel> held_ring;
   if (held) held_ring.reset(new (std::nothrow) RingChannel(held->link()));
   if (!held_ring) return err != 0 ? err : -ENOMEM;
   held_ring->resync_rx();
   const char* was = transport_->name();
-  retired_ = std::move(transport_);
-  retired_ring_ = std::move(ring_);
+  if (retired_ == nullptr) {  // a framed stream's transport may still be the first
+    retired_ = std::move(transport_);
+    retired_ring_ = std::move(ring_);
+  }
   transport_ = std::move(held);
   ring_ = std::move(held_ring);
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_fd_ = transport_->link().wait_fd();
   }
-  RDMASHIM_INFO("fd %d (%s): %llu unread bytes of its %s ring kept for the %s", fd(),
-                role_ == Role::kClient ? "client" : "server", static_cast<unsigned long long>(end - head), was,
+  // Read as a ring whose producer left at n (or, after a FIN, ended there).
+  rx_down_pos_ = n;
+  rx_leaving_.store(left || rx_ == Rx::kRaw, std::memory_order_release);
+  rx_frame_left_ = rx_hdr_have_ = rx_ctl_have_ = 0;
+  rx_ = Rx::kRing;
+  rx_ring_.store(true, std::memory_order_release);
+  passthrough_.store(false, std::memory_order_relaxed);
+  RDMASHIM_INFO("fd %d (%s): %llu unread bytes of its %s stream kept for the %s", fd(),
+                role_ == Role::kClient ? "client" : "server", static_cast<unsigned long long>(n), was,
                 reason == wire::kDowngradeExec ? "new program" : "child");
   return 0;
 }
@@ -191,7 +271,8 @@ int Connection::hold_unread(uint8_t reason) {
 void Connection::answer_ask_now() {
   std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
   if (!tx_held_ && !tx.try_lock()) return;
-  if (tx_ == Tx::kRing && !tx_shut_.load(std::memory_order_relaxed) && !transport_->ever_shared()) {
+  bool boundary = tx_ == Tx::kRing || (tx_ == Tx::kFramed && tx_hdr_left_ == 0 && tx_frame_left_ == 0);
+  if (boundary && !tx_shut_.load(std::memory_order_relaxed) && (!transport_ || !transport_->ever_shared())) {
     (void)leave_tx_now(0);
   }
 }
