@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# In TWO guests (run by ../forking.sh): a stream on verbs across the link
+# whose server forks or execs with bytes of the client's still unread in its
+# ring, while the client sleeps in recv() (fork_peer.py: scenarios fork,
+# shared, exec). Guest a (10.77.0.1) runs the servers, guest b the clients;
+# both sides force verbs (a software provider across hosts is used only when
+# asked for) and the client is told its peers. Prints, per scenario and side,
+# "@ fork.SCENARIO.SIDE.rc N", one "@ fork.SCENARIO.SIDE.out LINE" per line
+# the program printed and one "@ fork.SCENARIO.SIDE.log LINE" per rdmashim
+# log line; the host pairs and judges them.
+# Not set -e: every scenario reports, a failed one must not hide the next.
+set -uo pipefail
+source "$(dirname "$(readlink -f "$0")")/common.sh"
+
+role=$RDMASHIM_VM_ROLE
+server_ip=10.77.0.1
+peer=$STAGE_DIR/guest/fork_peer.py
+cd /tmp || exit 1
+export RDMASHIM_TRANSPORT=verbs
+
+report() { # SCENARIO SIDE RC
+	local l
+	say "fork.$1.$2.rc $3"
+	while IFS= read -r l; do say "fork.$1.$2.out $l"; done <"f.$1.out"
+	while IFS= read -r l; do say "fork.$1.$2.log $l"; done < <(grep 'rdmashim\[' "f.$1.log")
+	# A Python traceback's last line says what went wrong.
+	grep -q Traceback "f.$1.log" && say "fork.$1.$2.error $(tail -n 1 "f.$1.log" | tr ' ' '_')"
+	return 0
+}
+
+i=0
+for sc in fork shared exec; do
+	port=$((18801 + i))
+	i=$((i + 1))
+	if [[ $role == a ]]; then
+		timeout 120 "${SHIM[@]}" python3 "$peer" server --port "$port" --scenario "$sc" >"f.$sc.out" 2>"f.$sc.log"
+		report "$sc" server $?
+	else
+		RDMASHIM_PEERS=10.77.0.0/24 timeout 120 "${SHIM[@]}" python3 "$peer" client --host "$server_ip" \
+			--port "$port" --connect-wait 90 >"f.$sc.out" 2>"f.$sc.log"
+		report "$sc" client $?
+	fi
+done
