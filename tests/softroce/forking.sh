@@ -7,13 +7,16 @@
 # stream (fork_peer.py: A..E, both ways) must be received once, exactly as
 # sent (SHA-256), and each side must log "-> verbs" first and then its
 # downgrade (server tcp:downgraded:fork|exec, client tcp:downgraded:peer-...).
-# The same scenarios on one host: tests/preload/fork_handover.sh.
+# The same scenarios on one host: tests/preload/fork_handover.sh. Then the
+# forking servers of the shared-memory tests (forkingPingPong fork, prefork,
+# daemonize) across the link: every connection on verbs both sides.
 # env: RDMASHIM_BUILD
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
 softroce_skip_unless_vm
 softroce_stage
+install -m 755 "$RDMASHIM_BUILD/bin/forkingPingPong" "$STAGE/bin/forkingPingPong"
 cmd="bash $STAGE/guest/forking.sh"
 st=0
 out=$("$VM" run2 --timeout "${FORKING_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
@@ -57,6 +60,15 @@ for sc in fork shared exec; do
 	check "$sc: client -> verbs, then tcp:downgraded:peer-$reason" "$ok" "$(grep -o -- '-> [^ ]*' <<<"$clog" | tr '\n' ' ')"
 done
 rm -rf "$tmp"
+for shape in fork prefork daemonize; do
+	c=$(lines "fp.$shape.client" | tail -n 1) s=$(lines "fp.$shape.server" | tail -n 1)
+	cv=$(kv "$c" verbs) sv=$(kv "$s" verbs) served=$(kv "$s" served)
+	ok=0
+	[[ $(kv "$c" rc) == 0 && $cv == 4 && $sv -ge 4 && $served -ge 4 ]] && ok=1
+	check "forkingPingPong $shape: 4 checked clients, all on verbs both sides" "$ok" \
+		"client rc=$(kv "$c" rc) verbs=$cv; server rc=$(kv "$s" rc) verbs=$sv served=$served"
+	((ok)) || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
+done
 if ((fail)); then
 	echo "softroce.forking: FAILED"
 	exit 1
