@@ -11,12 +11,14 @@
 # tcp:downgraded:peer-fork|exec. With `shm` as the second argument the
 # same scenario runs on a plain shared-memory ring (which follows fork and
 # exec by itself): no downgrade at all.
-# usage: fork_handover.sh fork|shared|exec [pinned|shm]
+# usage: fork_handover.sh fork|shared|exec|fork-poll [pinned|shm]
+#   fork-poll: fork, the client asleep in poll() rather than recv()
 set -euo pipefail
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
 here=$(cd "$(dirname "$0")" && pwd)
 peer=$here/../softroce/guest/fork_peer.py
-scenario=$1 ring=${2:-pinned}
+scenario=$1 ring=${2:-pinned} wait=recv
+[[ $scenario == *-poll ]] && wait=poll scenario=${scenario%-poll}
 work=$(mktemp -d)
 trap 'kill "${server:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 port=$(python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
@@ -28,7 +30,7 @@ env "${fault[@]}" timeout 60 "$build/bin/rdmashim" run --log info -- python3 "$p
 server=$!
 rc=0
 timeout 60 "$build/bin/rdmashim" run --log info -- python3 "$peer" client --host 127.0.0.1 --port "$port" \
-  >"$work/c.out" 2>"$work/c.log" || rc=$?
+  --wait "$wait" >"$work/c.out" 2>"$work/c.log" || rc=$?
 wait "$server" || rc=$?
 server=
 

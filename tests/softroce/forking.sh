@@ -39,7 +39,7 @@ order_ok() {
 	done
 }
 tmp=$(mktemp -d)
-for sc in fork shared exec; do
+for sc in fork shared exec fork-poll; do
 	reason=fork
 	[[ $sc == exec ]] && reason="exec"
 	lines "fork.$sc.client.out" >"$tmp/c"

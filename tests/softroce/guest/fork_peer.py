@@ -20,13 +20,15 @@ Every process prints "stream NAME sent|recv LEN SHA256 pid=PID"; `check CLIENT_O
 SERVER_OUT` pairs them (each part sent once, received once, equal) and exits 0 if all are.
 
 usage: fork_peer.py server --port P --scenario fork|shared|exec [--bind ADDR]
-       fork_peer.py client --host H --port P [--connect-wait S]
+       fork_peer.py client --host H --port P [--connect-wait S] [--wait recv|poll]
+         (--wait poll: the client sleeps in poll() rather than in recv())
        fork_peer.py check CLIENT_OUT SERVER_OUT
 """
 import argparse
 import hashlib
 import os
 import random
+import select
 import socket
 import sys
 import time
@@ -42,9 +44,18 @@ def say(name, direction, data):
     print(f"stream {name} {direction} {len(data)} {hashlib.sha256(data).hexdigest()} pid={os.getpid()}", flush=True)
 
 
+WAIT = "recv"  # client --wait poll: sleep in poll() before each recv() instead
+
+
 def recv_exact(s, n):
     out = bytearray()
+    p = None
+    if WAIT == "poll":
+        p = select.poll()
+        p.register(s.fileno(), select.POLLIN)
     while len(out) < n:
+        if p:
+            p.poll()
         b = s.recv(min(n - len(out), 1 << 20))
         if not b:
             break
@@ -122,6 +133,8 @@ def rest(a):
 
 
 def client(a):
+    global WAIT
+    WAIT = a.wait
     give_up = time.time() + a.connect_wait
     while True:
         try:
@@ -172,6 +185,7 @@ def main():
     cp.add_argument("--host", required=True)
     cp.add_argument("--port", type=int, required=True)
     cp.add_argument("--connect-wait", type=float, default=30)
+    cp.add_argument("--wait", choices=["recv", "poll"], default="recv")
     kp = sub.add_parser("check")
     kp.add_argument("client_out")
     kp.add_argument("server_out")

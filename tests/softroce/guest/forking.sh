@@ -2,7 +2,7 @@
 # In TWO guests (run by ../forking.sh): a stream on verbs across the link
 # whose server forks or execs with bytes of the client's still unread in its
 # ring, while the client sleeps in recv() (fork_peer.py: scenarios fork,
-# shared, exec). Guest a (10.77.0.1) runs the servers, guest b the clients;
+# shared, exec; fork-poll: the client asleep in poll()). Guest a (10.77.0.1) runs the servers, guest b the clients;
 # both sides force verbs (a software provider across hosts is used only when
 # asked for) and the client is told its peers. Prints, per scenario and side,
 # "@ fork.SCENARIO.SIDE.rc N", one "@ fork.SCENARIO.SIDE.out LINE" per line
@@ -34,15 +34,18 @@ report() { # SCENARIO SIDE RC
 }
 
 i=0
-for sc in fork shared exec; do
+# fork-poll: as fork, the client asleep in poll() instead of recv().
+for sc in fork shared exec fork-poll; do
 	port=$((18801 + i))
 	i=$((i + 1))
 	if [[ $role == a ]]; then
-		timeout 120 "${SHIM[@]}" python3 "$peer" server --port "$port" --scenario "$sc" >"f.$sc.out" 2>"f.$sc.log"
+		timeout 120 "${SHIM[@]}" python3 "$peer" server --port "$port" --scenario "${sc%-poll}" >"f.$sc.out" 2>"f.$sc.log"
 		report "$sc" server $?
 	else
+		wait=recv
+		[[ $sc == *-poll ]] && wait=poll
 		RDMASHIM_PEERS=10.77.0.0/24 timeout 120 "${SHIM[@]}" python3 "$peer" client --host "$server_ip" \
-			--port "$port" --connect-wait 90 >"f.$sc.out" 2>"f.$sc.log"
+			--port "$port" --connect-wait 90 --wait "$wait" >"f.$sc.out" 2>"f.$sc.log"
 		report "$sc" client $?
 	fi
 done
