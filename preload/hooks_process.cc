@@ -61,7 +61,10 @@ std::string inherit_entry() {
     if (fdflags < 0 || (fdflags & FD_CLOEXEC)) return;
     // A ring that cannot follow exec (verbs) leaves it first (handover.cc):
     // its unread bytes then travel as a shared-memory ring's, or none is left.
-    e->conn->hand_over_ring(wire::kDowngradeExec);
+    if (!e->conn->untouched_server()) {
+      e->conn->settle_handshake();  // a verbs stream whose Ack was on its way is one now
+      e->conn->hand_over_ring(wire::kDowngradeExec);
+    }
     if (e->conn->passthrough()) return;
     auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == e.get(); });
     if (g == groups.end()) {
