@@ -307,7 +307,7 @@ class Connection {
   bool leave_tx_now(uint8_t flags);                  // both locks held (handover.cc)
   int read_framed_rest(std::vector<unsigned char>* early, uint64_t give_up_ns);  // both locks held
   int await_peer_leave(uint64_t give_up_ns);                                     // both locks held
-  int hold_unread(uint8_t reason, const std::vector<unsigned char>& early);      // both locks held
+  int hold_unread(const std::vector<unsigned char>& early, uint64_t* kept);     // both locks held
   bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
   void follow_sibling_downgrade();                   // rx_mu_ held
   bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }

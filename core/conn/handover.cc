@@ -91,7 +91,7 @@ int Connection::hand_over_ring(uint8_t reason) {
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   tx_held_ = true;
   note_reason(reason);
-  uint64_t give_up = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  const uint64_t t0 = now_ns(), give_up = t0 + uint64_t{config().setup_timeout_ms} * 1'000'000;
   bool rx_open = (rx_ == Rx::kRing && !rx_leaving_.load(std::memory_order_relaxed)) || rx_ == Rx::kFramed;
   int r = 0;
   if (tx_ == Tx::kRing || tx_ == Tx::kFramed) {
@@ -107,8 +107,14 @@ int Connection::hand_over_ring(uint8_t reason) {
   std::vector<unsigned char> early;
   if (r == 0 && rx_ == Rx::kFramed) r = read_framed_rest(&early, give_up);
   if (r == 0 && rx_ == Rx::kRing) r = await_peer_leave(give_up);
-  if (r == 0) r = hold_unread(reason, early);
+  uint64_t kept = 0;
+  const char* was = transport_->name();
+  if (r == 0) r = hold_unread(early, &kept);
   tx_held_ = false;
+  if (r == 0) {
+    RDMASHIM_INFO("fd %d (%s): %llu unread bytes of its %s stream kept for the %s (hand-over %.1f ms)", fd(), role,
+                  static_cast<unsigned long long>(kept), was, who, static_cast<double>(now_ns() - t0) / 1e6);
+  }
   if (r != 0) {
     RDMASHIM_WARN("fd %d (%s): the peer did not leave its %s ring within %u ms at %s (%s); the %s sees this stream as reset",
                   fd(), role, transport_->name(), config().setup_timeout_ms, what,
@@ -214,12 +220,13 @@ int Connection::await_peer_leave(uint64_t give_up_ns) {
 // None: rx is raw TCP now (after a FIN, at its end there). Else they move to
 // a shared-memory ring that follows fork and exec (positions from 0), and
 // the verbs transport is retired.
-int Connection::hold_unread(uint8_t reason, const std::vector<unsigned char>& early) {
+int Connection::hold_unread(const std::vector<unsigned char>& early, uint64_t* kept) {
   const bool on = rx_ == Rx::kRing;
   const bool left = on ? rx_leaving_.load(std::memory_order_relaxed) : rx_ == Rx::kRaw;
   const uint64_t head = on ? ring_->rx_position() : 0, end = on ? rx_down_pos_ : 0;
   if (head > end) return -EPROTO;
   const uint64_t n = early.size() + (end - head);
+  *kept = n;
   if (n == 0) {
     if (on) {
       (void)finish_rx_downgrade();
@@ -240,7 +247,6 @@ int Connection::hold_unread(uint8_t reason, const std::vector<unsigned char>& ea
   if (held) held_ring.reset(new (std::nothrow) RingChannel(held->link()));
   if (!held_ring) return err != 0 ? err : -ENOMEM;
   held_ring->resync_rx();
-  const char* was = transport_->name();
   if (retired_ == nullptr) {  // a framed stream's transport may still be the first
     retired_ = std::move(transport_);
     retired_ring_ = std::move(ring_);
@@ -258,9 +264,6 @@ int Connection::hold_unread(uint8_t reason, const std::vector<unsigned char>& ea
   rx_ = Rx::kRing;
   rx_ring_.store(true, std::memory_order_release);
   passthrough_.store(false, std::memory_order_relaxed);
-  RDMASHIM_INFO("fd %d (%s): %llu unread bytes of its %s stream kept for the %s", fd(),
-                role_ == Role::kClient ? "client" : "server", static_cast<unsigned long long>(n), was,
-                reason == wire::kDowngradeExec ? "new program" : "child");
   return 0;
 }
 
