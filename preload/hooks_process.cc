@@ -8,7 +8,9 @@
 //   <names>=<state>                  a connection on a shared-memory ring:
 //                                    its modes and transport descriptors
 //                                    (kept open across exec), see
-//                                    Connection::describe_for_exec()
+//                                    Connection::describe_for_exec(); a verbs
+//                                    one leaves its ring first (its unread
+//                                    bytes in a shared-memory ring, or none)
 // The new image adopts them as fresh server-side connections, so a client's
 // Hello is answered there instead of reaching the program as data.
 // Connections further along cannot follow exec yet; a warning names them.
@@ -28,6 +30,7 @@
 #include "conn/deferred_close.h"
 #include "preload.h"
 #include "util/log.h"
+#include "wire/wire.h"
 
 extern char** environ;
 
@@ -56,6 +59,12 @@ std::string inherit_entry() {
     if (!e || !e->conn) return;
     int fdflags = real().fcntl(fd, F_GETFD);
     if (fdflags < 0 || (fdflags & FD_CLOEXEC)) return;
+    // A ring that cannot follow exec (verbs) leaves it first (handover.cc):
+    // its unread bytes then travel as a shared-memory ring's, or none is left.
+    if (!e->conn->untouched_server()) {
+      e->conn->settle_handshake();  // a verbs stream whose Ack was on its way is one now
+      e->conn->hand_over_ring(wire::kDowngradeExec);
+    }
     if (e->conn->passthrough()) return;
     auto g = std::find_if(groups.begin(), groups.end(), [&](auto& p) { return p.first == e.get(); });
     if (g == groups.end()) {

@@ -61,7 +61,7 @@ Connection::Connection(int fd, Role role)
 
 Connection::~Connection() {
   if (idle_listed_.load(std::memory_order_relaxed)) forget_idle();
-  if (orphaned_) {
+  if (parents_transport_) {
     (void)ring_.release();  // both are the parent's copies; leaked on purpose
     (void)transport_.release();
     return;

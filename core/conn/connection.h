@@ -34,6 +34,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "link/transport.h"
 #include "ring/ring_channel.h"
@@ -191,6 +192,17 @@ class Connection {
   // In a child after fork(): one more process now uses this connection.
   void on_fork_child();
 
+  // Before the real fork() (in the parent) or execve(), for a ring that
+  // cannot follow them (verbs) (handover.cc): both directions leave it for
+  // TCP now, waiting for the peer's answer up to the setup timeout, and the
+  // bytes the peer had put in our ring that we have not read yet move to a
+  // shared-memory ring that follows fork and exec. Parent and child (or the
+  // new image) then read each byte once, in order, and continue on TCP.
+  // `reason`: wire::kDowngradeFork or kDowngradeExec. 0 when done (or
+  // nothing to do); a negative errno when the stream stays as it was (the
+  // child then sees it as reset), said in a warning.
+  int hand_over_ring(uint8_t reason);
+
   // Moves the connection off its rings back onto the TCP socket, every byte
   // in order (downgrade.cc): our direction leaves with our next send (or at
   // once for a writer waiting for room), and asks the peer to take its
@@ -291,6 +303,11 @@ class Connection {
   void apply_tx_downgrade();                     // tx_mu_ held
   ssize_t send_after_downgrade(const iovec* iov, int iovcnt, size_t done, int flags);  // tx_mu_ held
   void on_peer_downgrade(const wire::Downgrade& d);  // rx_mu_ held
+  void answer_ask_now();                             // rx_mu_ held (handover.cc)
+  bool leave_tx_now(uint8_t flags);                  // both locks held (handover.cc)
+  int read_framed_rest(std::vector<unsigned char>* early, uint64_t give_up_ns);  // both locks held
+  int await_peer_leave(uint64_t give_up_ns);                                     // both locks held
+  int hold_unread(const std::vector<unsigned char>& early, uint64_t* kept);     // both locks held
   bool finish_rx_downgrade();                        // rx_mu_ held: true once rx is raw
   void follow_sibling_downgrade();                   // rx_mu_ held
   bool rx_left_ring() { return rx_leaving_.load(std::memory_order_relaxed) && (rx_ != Rx::kRing || finish_rx_downgrade()); }
@@ -376,6 +393,11 @@ class Connection {
   // The fast path, and what the TCP side said about the peer.
   std::unique_ptr<Transport> transport_;
   std::unique_ptr<RingChannel> ring_;
+  // The verbs transport a hand-over replaced (handover.cc): kept until close,
+  // as readiness in another thread may still look at it; a forked child
+  // leaks its copy (the parent's QP).
+  std::unique_ptr<Transport> retired_;
+  std::unique_ptr<RingChannel> retired_ring_;
   std::mutex wake_mu_;
   int wake_fd_ = -1;             // our own doorbell, for the readiness hooks
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
@@ -383,6 +405,8 @@ class Connection {
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
+  bool parents_transport_ = false;  // a forked child's copy of a transport it must not touch
+  bool user_added_for_fork_ = false;  // settle_before_fork counted the child already
   uint64_t last_ping_ns_ = 0;
   std::atomic<bool> tcp_done_{false};   // FIN or error seen: stop polling the socket
   std::atomic<bool> peer_gone_{false};  // the peer's socket is closed: writes fail

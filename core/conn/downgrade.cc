@@ -118,6 +118,8 @@ void Connection::on_peer_downgrade(const wire::Downgrade& d) {
     note_reason(static_cast<uint8_t>(0x80 | (d.reason & 0x7f)));
     down_want_.fetch_or(kDownTx, std::memory_order_relaxed);
     // Our next send leaves; a writer waiting for room within kSelfWakeMs.
+    // Now: the peer waits for it (fork, exec): at once (handover.cc).
+    if (d.flags & wire::kDowngradeNow) answer_ask_now();
   }
   if (!(d.flags & wire::kDowngradeLeave)) return;
   note_reason(static_cast<uint8_t>(0x80 | (d.reason & 0x7f)));

@@ -17,6 +17,16 @@ namespace rdmashim {
 void Connection::settle_before_fork() {
   forked_.store(true, std::memory_order_relaxed);
   if (io_started_.load(std::memory_order_relaxed)) settle_handshake();
+  if (transport_ && !transport_->survives_fork()) (void)hand_over_ring(wire::kDowngradeFork);
+  // The child counts as a user from before the fork: a parent that closes
+  // its copy at once (before the child's handler ran) must already see the
+  // ring shared, or it gives the ring's pages back under the child. (A fork
+  // that fails leaves one user too many: the side locks are then taken
+  // for nothing, and its pages stay until close.)
+  if (transport_ && transport_->survives_fork()) {
+    transport_->add_user();
+    user_added_for_fork_ = true;
+  }
 }
 
 void Connection::settle_handshake() {
@@ -48,16 +58,23 @@ std::string Connection::describe_for_exec() {
   std::lock_guard<std::mutex> rx(rx_mu_);
   std::lock_guard<std::mutex> tx(tx_mu_);
   bool clean = rx_hdr_have_ == 0 && rx_frame_left_ == 0 && tx_hdr_left_ == 0 && tx_frame_left_ == 0;
-  bool modes = (rx_ == Rx::kFramed || rx_ == Rx::kRing) && (tx_ == Tx::kFramed || tx_ == Tx::kRing) &&
+  // tx raw: it left its ring (a downgrade, or a verbs hand-over: handover.cc).
+  bool tx_left = tx_ == Tx::kRaw && (down_dirs_.load(std::memory_order_relaxed) & kLeftTx);
+  bool modes = (rx_ == Rx::kFramed || rx_ == Rx::kRing) && (tx_ == Tx::kFramed || tx_ == Tx::kRing || tx_left) &&
                tx_want_ != TxWant::kPlain;
   if (!transport_ || !ring_ || !clean || !modes) return "";
   std::string t = transport_->describe_for_exec();
   if (t.empty()) return "";
-  unsigned flags = (tcp_eof_ ? 1u : 0u) | (peer_closed_ ? 2u : 0u) | (tx_shut_ ? 4u : 0u) | (rx_shut_ ? 8u : 0u);
+  // Bits 8-15: the downgrade's reason; 16: the peer reads Downgrade frames;
+  // 32: the ring holds what a verbs ring had not delivered (counted as verbs).
+  unsigned flags = (tcp_eof_ ? 1u : 0u) | (peer_closed_ ? 2u : 0u) | (tx_shut_ ? 4u : 0u) | (rx_shut_ ? 8u : 0u) |
+                   (peer_downgrades_.load(std::memory_order_relaxed) ? 16u : 0u) |
+                   (outcome_ == stats::Outcome::kVerbs ? 32u : 0u) |
+                   (unsigned{down_reason_.load(std::memory_order_relaxed)} << 8);
   char head[96];
   snprintf(head, sizeof head, "%c/%c/%c/%c/%u/%llu/", role_ == Role::kClient ? 'c' : 's',
-           rx_ == Rx::kRing ? 'R' : 'F', tx_ == Tx::kRing ? 'R' : 'F', tx_want_ == TxWant::kRing ? 'R' : '-', flags,
-           static_cast<unsigned long long>(peer_final_));
+           rx_ == Rx::kRing ? 'R' : 'F', tx_ == Tx::kRing ? 'R' : tx_left ? 'T' : 'F',
+           tx_want_ == TxWant::kRing ? 'R' : '-', flags, static_cast<unsigned long long>(peer_final_));
   return head + t;
 }
 
@@ -81,7 +98,15 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   c->ring_->resync_rx();
   c->ring_->resync_tx();
   c->rx_ = rx == 'R' ? Rx::kRing : Rx::kFramed;
-  c->tx_ = tx == 'R' ? Tx::kRing : Tx::kFramed;
+  c->tx_ = tx == 'R' ? Tx::kRing : tx == 'T' ? Tx::kRaw : Tx::kFramed;
+  c->peer_downgrades_.store(flags & 16u);
+  c->down_reason_.store(static_cast<uint8_t>(flags >> 8));
+  if (tx == 'T') c->down_dirs_.store(kLeftTx);
+  uint64_t left_at = 0;
+  if (c->rx_ == Rx::kRing && c->transport_->rx_left(&left_at)) {  // the peer's ring stream ends there
+    c->rx_down_pos_ = left_at;
+    c->rx_leaving_.store(true);
+  }
   c->tx_want_ = want == 'R' ? TxWant::kRing : TxWant::kNone;
   c->rx_ring_.store(c->rx_ == Rx::kRing);
   c->tx_ring_.store(c->tx_ == Tx::kRing);
@@ -96,9 +121,10 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   c->in_setup_.store(false);
   c->io_started_.store(true);
   c->settled_ = true;
-  c->outcome_ = stats::Outcome::kShm;
+  c->outcome_ = (flags & 32u) ? stats::Outcome::kVerbs : stats::Outcome::kShm;
   c->stat_row_.open(fd, c->outcome_, role == 's', c->ring_->link().ring_size());
-  RDMASHIM_INFO("fd %d (%s) -> shm (inherited across exec)", fd, role == 'c' ? "client" : "server");
+  RDMASHIM_INFO("fd %d (%s) -> %s (inherited across exec%s)", fd, role == 'c' ? "client" : "server",
+                (flags & 32u) ? "verbs" : "shm", (flags & 32u) ? ", its unread bytes held: tcp:downgraded:exec" : "");
   return c;
 }
 
@@ -140,13 +166,20 @@ void Connection::on_fork_child() {
   // The cached options stay true (one open file): a sibling that changes
   // them moves the transport's options generation (see cacheable()).
   forked_.store(true, std::memory_order_relaxed);
+  (void)retired_ring_.release();  // a verbs transport the hand-over replaced: the parent's
+  (void)retired_.release();
   if (!transport_) return;
   if (transport_->survives_fork()) {
-    transport_->add_user();
+    if (!user_added_for_fork_) transport_->add_user();  // (a test forking by itself)
+    user_added_for_fork_ = false;
     return;
   }
-  // The stream stays the parent's: here it reads as reset, and the parent's
-  // transport is neither used nor destroyed (see ~Connection).
+  // The parent's transport is neither used nor destroyed here (see
+  // ~Connection). Off its ring (handed over before the fork: handover.cc)
+  // the stream is plain TCP, here as there; else it stays the parent's and
+  // reads as reset here.
+  parents_transport_ = true;
+  if (passthrough()) return;
   orphaned_ = true;
   rx_ring_.store(false, std::memory_order_relaxed);  // no waiting on its doorbell either
   tx_ring_.store(false, std::memory_order_relaxed);

@@ -44,7 +44,7 @@ uint64_t Connection::release_idle(uint64_t now, bool* done) {
   *done = false;
   std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
   if (!tx.owns_lock()) return 0;  // busy: it is not idle
-  if (!ring_ || orphaned_) {
+  if (!ring_ || orphaned_ || parents_transport_) {
     *done = true;
     return 0;
   }

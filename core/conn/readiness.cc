@@ -99,6 +99,14 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (for_write) {
     if (p[1].revents & POLLERR) peer_gone_.store(true, std::memory_order_relaxed);
     if (p[1].revents & POLLRDHUP) peer_wr_shut_.store(true, std::memory_order_relaxed);  // pings from now on
+    // A peer about to fork or exec asks us to leave and waits (handover.cc):
+    // with no reader of ours on the TCP side, this writer reads its frames,
+    // at its kSelfWakeMs pace (never waiting for the receive lock).
+    if (rx_ring_.load(std::memory_order_acquire) && !tcp_done_.load(std::memory_order_relaxed) &&
+        peer_downgrades_.load(std::memory_order_relaxed)) {
+      std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+      if (rx.owns_lock()) poll_control();
+    }
   } else if (p[1].revents) {
     poll_control();
   }

@@ -9,14 +9,20 @@
 #include <cerrno>
 #include <cstdio>
 
-#include "sys/sys.h"
-#include "util/fd_budget.h"
+#include <sys/eventfd.h>
+
+#include <cstring>
 #include <new>
+
+#include "sys/sys.h"
+#include "util/fault.h"
+#include "util/fd_budget.h"
 
 namespace rdmashim::shm {
 
 // Text: "shm/side/memfd/doorbell/local/ring".
 std::string ShmTransport::describe_for_exec() {
+  if (pinned_) return "";
   const int fds[3] = {link_.segment().reopen_memfd(), link_.wait_fd(), link_.local_page().reopen_fd()};
   for (int fd : fds) {
     int fl = sys::real().fcntl(fd, F_GETFD);
@@ -58,6 +64,40 @@ std::unique_ptr<ShmTransport> ShmTransport::adopt(const char* text, int* err) {
   return make(std::move(segment), std::move(doorbell), side == 0 ? kClient : kServer, std::move(local), err);
 }
 
+std::unique_ptr<ShmTransport> ShmTransport::hold(Side self, size_t ring_size, uint64_t head, uint64_t end,
+                                                 bool left, Fill fill, void* ctx, int* err) {
+  std::unique_ptr<Segment> segment = Segment::create(ring_size, err);
+  if (!segment) return nullptr;
+  std::unique_ptr<LocalPage> local = LocalPage::create(err);
+  if (!local) return nullptr;
+  UniqueFd bell(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC));
+  if (!bell || !fds::keep(bell)) {
+    *err = bell ? -EMFILE : -errno;
+    return nullptr;
+  }
+  // The bytes at their stream positions (a map word of 0: byte p at p mod size).
+  const uint64_t off = head & (ring_size - 1), n = end - head;
+  unsigned char* rx = segment->rx_ring(self);
+  const iovec iov[2] = {{rx + off, n < ring_size - off ? n : ring_size - off},
+                        {rx, n < ring_size - off ? 0 : n - (ring_size - off)}};
+  if (n > ring_size || !fill(ctx, iov, 2)) {
+    *err = -EPROTO;
+    return nullptr;
+  }
+  const Side peer = self == kClient ? kServer : kClient;
+  SegmentHeader* h = segment->header();
+  h->side[peer].produced.value.store(end, std::memory_order_relaxed);
+  h->side[self].consumed.value.store(head, std::memory_order_relaxed);
+  h->side[self].attached.store(1, std::memory_order_relaxed);
+  h->side[peer].attached.store(1, std::memory_order_relaxed);
+  LocalState& st = local->state();
+  st.consumed.store(head, std::memory_order_relaxed);
+  st.rx_switched.store(1, std::memory_order_relaxed);
+  st.tx_switched.store(1, std::memory_order_relaxed);
+  if (left) st.rx_left_at.store(end + 1, std::memory_order_release);
+  return make(std::move(segment), std::move(bell), self, std::move(local), err);
+}
+
 // A lock between processes in shared memory. A holder that died (killed
 // while holding it) is detected by its pid and the lock taken over, so a
 // crashed sibling cannot wedge the survivor.
@@ -90,7 +130,9 @@ std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, const unsign
   UniqueFd doorbell;
   *err = send_descriptors(rendezvous, nonce, token, fds, &doorbell);
   if (*err != 0) return nullptr;
-  return make(std::move(segment), std::move(doorbell), kServer, std::move(local), err);
+  auto t = make(std::move(segment), std::move(doorbell), kServer, std::move(local), err);
+  if (t) t->pinned_ = RDMASHIM_FAULT(kShmFork);
+  return t;
 }
 
 std::unique_ptr<ShmTransport> ShmTransport::accept(UniqueFd listener, const unsigned char (&nonce)[kNonceBytes],
@@ -101,7 +143,9 @@ std::unique_ptr<ShmTransport> ShmTransport::accept(UniqueFd listener, const unsi
   if (*err != 0) return nullptr;
   std::unique_ptr<Segment> segment = Segment::attach(std::move(fds[0]), ring_size, err);
   if (!segment) return nullptr;
-  return make(std::move(segment), std::move(listener), kClient, nullptr, err);
+  auto t = make(std::move(segment), std::move(listener), kClient, nullptr, err);
+  if (t) t->pinned_ = RDMASHIM_FAULT(kShmFork);
+  return t;
 }
 
 }  // namespace rdmashim::shm

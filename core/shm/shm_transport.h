@@ -2,6 +2,8 @@
 // of its descriptors through the rendezvous socket.
 #pragma once
 
+#include <sys/uio.h>
+
 #include <memory>
 
 #include "link/transport.h"
@@ -27,6 +29,18 @@ class ShmTransport final : public Transport {
   // A transport inherited across exec, from describe_for_exec()'s text.
   static std::unique_ptr<ShmTransport> adopt(const char* text, int* err);
 
+  // A ring no peer writes any more, holding the stream bytes [head, end)
+  // that a connection had not read when its verbs ring could not follow a
+  // fork or an exec (conn/handover.cc); `fill` copies them, in order, into
+  // the iovecs it is given (byte p lands at p mod ring_size), true if all. It follows fork and exec as any shared-memory ring;
+  // `left`: the peer's ring stream ends at `end` and raw TCP bytes follow
+  // (else the stream ends there: the peer shut down writing). Our tx is on
+  // TCP already. A fresh segment and local page, an eventfd as the doorbell
+  // (nobody rings it). nullptr and *err on failure.
+  using Fill = bool (*)(void* ctx, const iovec* iov, int iovcnt);
+  static std::unique_ptr<ShmTransport> hold(Side self, size_t ring_size, uint64_t head, uint64_t end, bool left,
+                                            Fill fill, void* ctx, int* err);
+
   // Once handed over and mapped, the memfd is needed only to follow exec.
   void close_memfd() {
     link_.segment().close_memfd();
@@ -34,6 +48,9 @@ class ShmTransport final : public Transport {
   }
 
   const char* name() const override { return "shm"; }
+  // RDMASHIM_TEST_FAULT=shm-fork: this ring behaves as a verbs one at fork
+  // and exec (it cannot follow them), so the hand-over is tested on one host.
+  bool survives_fork() const override { return !pinned_; }
   std::string describe_for_exec() override;
   Link& link() override { return link_; }
   void mark_attached() override { link_.mark_attached(); }
@@ -75,6 +92,7 @@ class ShmTransport final : public Transport {
   static std::unique_ptr<ShmTransport> make(std::unique_ptr<Segment> segment, UniqueFd doorbell, Side self,
                                             std::unique_ptr<LocalPage> local, int* err);
   LocalState& local() const { return link_.local(); }
+  bool pinned_ = false;
   Side self_;
   ShmLink link_;
 };

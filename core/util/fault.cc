@@ -23,7 +23,7 @@ const char* step_name(Step s) {
       "memfd",              "local-page",      "ftruncate",        "seals",
       "mmap",               "handoff-socket",  "handoff-connect",  "handoff-send",     "handoff-recv",
       "attach-stat",        "attach-seals",    "doorbell-connect",
-      "attach-mmap",        "attach-header",   "ibv-devices",      "ibv-open",
+      "attach-mmap",        "attach-header",   "shm-fork",         "ibv-devices",      "ibv-open",
       "ibv-pd",             "ibv-mr",          "ibv-channel",      "ibv-cq",
       "ibv-qp",             "ibv-qp-init",     "ibv-gid",          "ibv-qp-rtr",
       "ibv-qp-rts",         "cm-channel",      "cm-id",            "cm-bind",

@@ -48,6 +48,9 @@ enum Step : uint8_t {
   kDoorbellConnect, // connecting the rendezvous socket back to the server's (our doorbell)
   kAttachMmap,
   kAttachHeader,    // magic, version, ring size
+  // Either side: the shared-memory ring is made one that cannot follow fork
+  // or exec, as a verbs one cannot (the hand-over at fork/exec, tested on one host).
+  kShmFork,
   // Verbs (core/verbs), either side.
   kIbvDevices,      // ibv_get_device_list
   kIbvOpen,         // ibv_open_device

@@ -147,18 +147,22 @@ struct Downgrade {
 static_assert(sizeof(Downgrade) == 16);
 constexpr uint8_t kDowngradeLeave = 1;
 constexpr uint8_t kDowngradeAsk = 2;
+// With Ask: the sender waits for the answer (it is about to fork or exec), so
+// the peer answers at once, without waiting for data of its own to send.
+constexpr uint8_t kDowngradeNow = 4;
 // Why a connection leaves its rings (logged as tcp:downgraded:<name>).
 enum DowngradeReason : uint8_t {
   kDowngradeUnsaid = 0,
   kDowngradeRequested = 1,  // Connection::downgrade() without a better reason
   kDowngradeTest = 2,       // RDMASHIM_TEST_SCHEDULE=<seed>,downgrade=<n>
-  kDowngradeFork = 3,       // a fork or exec the ring cannot follow
+  kDowngradeFork = 3,       // a fork the ring cannot follow (verbs)
   kDowngradeLimit = 4,      // a resource limit reached
   kDowngradeDevice = 5,     // the device under the ring is gone
+  kDowngradeExec = 6,       // an exec the ring cannot follow (verbs)
   kDowngradeReasons
 };
 inline const char* downgrade_reason_name(uint8_t r) {
-  static const char* const kNames[kDowngradeReasons] = {"unsaid", "requested", "test", "fork", "limit", "device"};
+  static const char* const kNames[kDowngradeReasons] = {"unsaid", "requested", "test", "fork", "limit", "device", "exec"};
   return r < kDowngradeReasons ? kNames[r] : "unsaid";
 }
 
