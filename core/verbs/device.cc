@@ -139,6 +139,8 @@ Device* Device::open_first(int* err) {
       d->lid_ = pattr.lid;
       d->gid_table_len_ = pattr.gid_tbl_len;
       d->ethernet_ = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
+      d->judgement_ = judge(gather_facts(name, dattr.vendor_id), config().transport, config().soft_verbs);
+      d->refusal_ = "software rdma " + d->name_;
       break;
     }
     if (!d->ctx_) api->close_device(ctx);
@@ -151,7 +153,8 @@ Device* Device::open_first(int* err) {
     *err = -ENODEV;
     return nullptr;
   }
-  RDMASHIM_INFO("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
+  RDMASHIM_INFO("verbs: using %s port %u (mtu %d); %s", d->name_.c_str(), d->port_, 128 << d->mtu_,
+                d->judgement_.reason.c_str());
   *err = 0;
   return d;
 }
