@@ -13,7 +13,8 @@
 #
 # usage: bench/softroce_cross.sh [--size BYTES] [--iters N] [--json [FILE]]
 # env: RDMASHIM_BUILD, BENCH_CROSS_SMP (vCPUs per guest, default 1: two guests
-#      on two host cores), RSPRELOAD (librspreload.so)
+#      on two host cores), RSPRELOAD (librspreload.so), BENCH_CROSS_REPLAY (a
+#      run folder of tests/softroce/vm, runs/<id>: its table again, no boot)
 set -euo pipefail
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 source "$here/../scripts/lib.sh"
@@ -35,20 +36,25 @@ done
 export RDMASHIM_BUILD
 [[ -x $RDMASHIM_BUILD/bin/tcpPingPong ]] || { echo "bench/softroce_cross.sh: build first (./scripts/test)" >&2; exit 1; }
 
-softroce_skip_unless_vm
-softroce_stage
 export RDMASHIM_VM_SMP=${BENCH_CROSS_SMP:-1}
 load_before=$(cut -d' ' -f1 /proc/loadavg)
 st=0
-cmd="BENCH_SIZE=$size BENCH_ITERS=$iters ${RSPRELOAD:+RSPRELOAD=$RSPRELOAD} bash $STAGE/guest/bench_cross.sh"
-out=$("$VM" run2 --timeout 900 -- "$cmd" -- "$cmd" 2>&1) || st=$?
+if [[ -n ${BENCH_CROSS_REPLAY:-} ]]; then
+	# The table of an earlier boot, from its guests' output (vm's runs/<id>).
+	out=$(sed 's/^/[a] /' "$BENCH_CROSS_REPLAY/job-a/stdout"; sed 's/^/[b] /' "$BENCH_CROSS_REPLAY/job-b/stdout")
+else
+	softroce_skip_unless_vm
+	softroce_stage
+	cmd="BENCH_SIZE=$size BENCH_ITERS=$iters ${RSPRELOAD:+RSPRELOAD=$RSPRELOAD} bash $STAGE/guest/bench_cross.sh"
+	out=$("$VM" run2 --timeout 900 -- "$cmd" -- "$cmd" 2>&1) || st=$?
+fi
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 ((st == 0)) || { echo "bench/softroce_cross.sh: the guests failed (vm run2 exit $st):" >&2; printf '%s\n' "$out" >&2; exit 1; }
 
 # Each row: OK RATE P50 P99 WHY (rates in round trips/s, times in us).
 declare -A ok rate p50 p99 why note
 row() { # NAME EXPECTED_CLIENT_TRANSPORT ("" for any)
-	local c s j t st
+	local c s j t st w
 	c=$(result "$out" "xrow.$1.client") s=$(result "$out" "xrow.$1.server")
 	j=$(kv "$c" json) t=$(kv "$c" transport) st=$(kv "$s" transport)
 	ok[$1]=0 note[$1]=""
@@ -60,7 +66,10 @@ row() { # NAME EXPECTED_CLIENT_TRANSPORT ("" for any)
 		why[$1]="server logged ${st:-nothing}, expected verbs"
 	else
 		ok[$1]=1 rate[$1]=$(jf "$j" round_trips_per_s) p50[$1]=$(jf "$j" p50_us) p99[$1]=$(jf "$j" p99_us)
-		[[ -n $t ]] && note[$1]="client $t$(w=$(kv "$c" why); [[ -n $w ]] && echo " (${w//_/ })"), server $st"
+		if [[ -n $t ]]; then
+			w=$(kv "$c" why)
+			note[$1]="client $t${w:+ (${w//_/ })}, server $st"
+		fi
 	fi
 }
 row tcp ""
@@ -107,7 +116,9 @@ table() {
 		fi
 	done
 	printf '\n'
-	for r in auto shim; do [[ -n ${note[$r]:-} ]] && printf '%s: %s\n' "${label[$r]}" "${note[$r]}"; done
+	for r in auto shim; do
+		if [[ -n ${note[$r]:-} ]]; then printf '%s: %s\n' "${label[$r]}" "${note[$r]}"; fi
+	done
 	printf '[1] ib_write_lat one-way times doubled: rate = 1e6 / (2 x t_avg), p50 = 2 x t_typical, p99 = 2 x 99%%.\n'
 	printf 'Host load average (1 min) before/after: %s / %s (%s cores)\n\n' "$load_before" "$load_after" "$(nproc)"
 }

@@ -32,6 +32,9 @@ class Device {
   // destroy (destroying them through the shared uverbs file would destroy
   // the parent's); we close our copies of the descriptors and forget them.
   static void forget_after_fork();
+  // A provider call (`what`) outlived the setup timeout: this process stops
+  // using verbs (get() answers -ETIMEDOUT from now on) and says so once.
+  static void give_up(const char* what);
 
   ibv_context* context() const { return ctx_; }
   ibv_pd* pd() const { return pd_; }
