@@ -10,22 +10,27 @@
 #   ib_write_lat                         perftest, raw RDMA write, busy polling
 # A row that fails (or an rdmashim row that did not run on verbs) is printed as
 # failed with the reason; the other rows still count.
+# Then bench/softroce_cross.sh: the ping-pong between TWO guests in one boot
+# (TCP, rdmashim left to auto, rdmashim on verbs, librspreload, ib_write_lat).
 #
-# usage: bench/softroce.sh [--size BYTES] [--iters N] [--json [FILE]]
-#   --json        print the JSON instead of the table
-#   --json FILE   print the table and write the JSON to FILE
+# usage: bench/softroce.sh [--size BYTES] [--iters N] [--cross-iters N] [--no-cross] [--json [FILE]]
+#   --json        print the JSON instead of the table (one object per table, one per line)
+#   --json FILE   print the table and write the JSON to FILE (the two-guest one to FILE.cross)
+#   --cross-iters round trips per two-guest row (default 2000)
 # env: RDMASHIM_BUILD, RDMASHIM_VM_SMP (vCPUs, default 2), RSPRELOAD (librspreload.so)
 set -euo pipefail
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
 source "$here/../scripts/lib.sh"
 source "$here/../tests/softroce/lib.sh"
 
-size=64 iters=5000 json=no json_file=""
-usage() { echo "usage: bench/softroce.sh [--size BYTES] [--iters N] [--json [FILE]]" >&2; exit 2; }
+size=64 iters=5000 json=no json_file="" cross_iters=2000 cross=yes
+usage() { echo "usage: bench/softroce.sh [--size BYTES] [--iters N] [--cross-iters N] [--no-cross] [--json [FILE]]" >&2; exit 2; }
 while (($#)); do
 	case $1 in
 	--size) size=${2:?}; shift 2 ;;
 	--iters) iters=${2:?}; shift 2 ;;
+	--cross-iters) cross_iters=${2:?}; shift 2 ;;
+	--no-cross) cross=no; shift ;;
 	--json)
 		json=yes
 		if [[ -n ${2:-} && $2 != -* ]]; then json_file=$2; shift; fi
@@ -139,4 +144,7 @@ else
 	table
 	[[ -n $json_file ]] && to_json >"$json_file"
 fi
-exit 0
+[[ $cross == yes ]] || exit 0
+xjson=()
+[[ $json == yes ]] && xjson=(--json ${json_file:+"$json_file.cross"})
+exec "$here/softroce_cross.sh" --size "$size" --iters "$cross_iters" "${xjson[@]}"

@@ -227,10 +227,13 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, 
                   uint64_t connected_ns) {
   if (!advertised) advertised = discovery::probe_remote(peer, len);
   if (!advertised) {
-    auto why = discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid ? stats::Outcome::kTcpPolicy
-                                                                               : stats::Outcome::kTcpNotAdvertised;
+    const char* refusal = discovery::remote_refusal(peer, len);
+    auto why = refusal || discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid
+                   ? stats::Outcome::kTcpPolicy
+                   : stats::Outcome::kTcpNotAdvertised;
     stats::count(why);
-    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
+    if (refusal) RDMASHIM_INFO("fd %d (client) -> %s (%s)", fd, stats::name(why), refusal);
+    else RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
     remember_plain(fd, peer, len, connected_ns);
     return;
   }

@@ -1,6 +1,7 @@
 // rdmashim doctor: is this machine ready for the verbs transport?
 //
-// Lists devices, ports, states, MTUs and GIDs, then opens and closes a PD, a
+// Lists devices, ports, states, MTUs and GIDs, says whether connections to
+// other hosts use verbs on the chosen device and why (verbs/policy.h), then opens and closes a PD, a
 // CQ, an MR and a QP and walks a loopback QP through INIT, RTR and RTS with
 // one RDMA WRITE WITH IMM to itself. Every step runs in a child process
 // under a watchdog: a provider call that blocks ends the command with exit
@@ -23,7 +24,9 @@
 #include <string>
 #include <vector>
 
+#include "util/config.h"
 #include "verbs/ibv_api.h"
+#include "verbs/policy.h"
 
 namespace rdmashim::tools {
 namespace {
@@ -60,6 +63,8 @@ void probe(int out) {
   int chosen_gid = -1;
   ibv_gid gid{};
   ibv_port_attr chosen_attr{};
+  std::string chosen_name;
+  uint32_t chosen_vendor = 0;
   for (int i = 0; i < n; ++i) {
     const char* name = api->get_device_name(list[i]);
     ibv_context* ctx = api->open_device(list[i]);
@@ -85,6 +90,7 @@ void probe(int out) {
         bool mapped = x.raw[10] == 0xff && x.raw[11] == 0xff;
         if (pa.state == IBV_PORT_ACTIVE && !chosen && (mapped || pa.link_layer != IBV_LINK_LAYER_ETHERNET)) {
           chosen = ctx, chosen_port = p, chosen_gid = g, gid = x, chosen_attr = pa;
+          chosen_name = name, chosen_vendor = dattr.vendor_id;
         }
       }
       report(out, pa.state == IBV_PORT_ACTIVE, "port", detail);
@@ -94,6 +100,10 @@ void probe(int out) {
   api->free_device_list(list);
   if (!chosen) return report(out, false, "select", "no active port with a usable GID");
   report(out, true, "select", "port " + std::to_string(chosen_port) + " gid index " + std::to_string(chosen_gid));
+  // What RDMASHIM_TRANSPORT=auto does across hosts on this device, and why.
+  verbs::Judgement j = verbs::judge(verbs::gather_facts(chosen_name.c_str(), chosen_vendor), config().transport,
+                                    config().soft_verbs);
+  report(out, true, "policy", j.reason);
 
   ibv_pd* pd = api->alloc_pd(chosen);
   if (!pd) return report(out, false, "pd", strerror(errno));

@@ -67,6 +67,7 @@ Stream Stream::connect(const char* host, uint16_t port, int* err) {
       if (conn) conn->finish_setup(static_cast<int>(config().setup_timeout_ms));
       else why = upgrades_allowed() ? stats::Outcome::kTcpSetupFailed : stats::Outcome::kTcpPolicy;
     } else {
+      if (discovery::remote_refusal(a->ai_addr, a->ai_addrlen)) why = stats::Outcome::kTcpPolicy;
       stats::count(why);
     }
     freeaddrinfo(list);

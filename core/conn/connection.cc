@@ -85,7 +85,9 @@ void Connection::settle(stats::Outcome o, bool correct) {
   else stat_row_.open(fd(), o, role_ == Role::kServer, ring_ ? ring_->link().ring_size() : 0);
   settled_ = true;
   outcome_ = o;
-  RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role_ == Role::kClient ? "client" : "server", stats::name(o));
+  const char* role = role_ == Role::kClient ? "client" : "server";
+  if (detail_) RDMASHIM_INFO("fd %d (%s) -> %s (%s)", fd(), role, stats::name(o), detail_);
+  else RDMASHIM_INFO("fd %d (%s) -> %s", fd(), role, stats::name(o));
 }
 
 std::unique_lock<std::mutex> Connection::lock_tx_for_handler() {

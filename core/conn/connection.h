@@ -366,6 +366,7 @@ class Connection {
   std::atomic<bool> passthrough_{false};
   stats::Outcome outcome_ = stats::Outcome::kTcpNotAdvertised;
   bool settled_ = false;
+  const char* detail_ = nullptr;  // said after the outcome in the log ("software rdma rxe0"); static lifetime
   void follow_sibling_switch_rx();  // rx_mu_ held
   void follow_sibling_switch_tx();  // tx_mu_ held
   void follow_sibling_switches();   // neither held (readiness)

@@ -29,11 +29,21 @@
 #include "util/process.h"
 #include "util/schedule.h"
 #include "util/user_copy.h"
+#include "verbs/policy.h"
 #include "verbs/verbs_transport.h"
 
 namespace rdmashim {
 
 using conn_internal::send_all;
+
+namespace {
+bool peer_is_local(int fd) {
+  sockaddr_storage peer{};
+  socklen_t len = sizeof peer;
+  return sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0 &&
+         discovery::is_local_address(reinterpret_cast<sockaddr*>(&peer), len);
+}
+}  // namespace
 
 std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   if (!upgrades_allowed()) {
@@ -47,13 +57,15 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
   // Shared memory to a peer on this host, verbs to one elsewhere (or to any
   // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
   const Config& cfg = config();
-  sockaddr_storage local{}, peer{};
-  socklen_t llen = sizeof local, plen = sizeof peer;
-  bool same_host = sys::real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &plen) == 0 &&
-                   discovery::is_local_address(reinterpret_cast<sockaddr*>(&peer), plen);
+  sockaddr_storage local{};
+  socklen_t llen = sizeof local;
+  bool same_host = peer_is_local(fd);
   uint32_t offer = 0;
   if (same_host && cfg.transport != TransportChoice::kVerbs) offer |= wire::kTransportShm;
-  if (!same_host || cfg.transport == TransportChoice::kVerbs) {
+  // Across hosts on a software RDMA device TCP is faster: no verbs offered
+  // unless asked for (verbs/policy.h).
+  const char* refused = nullptr;
+  if ((!same_host || cfg.transport == TransportChoice::kVerbs) && !verbs::remote_refused(&refused)) {
     int err = 0;
     if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
       // Registered at what TCP would buffer here; the server may answer less.
@@ -81,9 +93,11 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     wire::ParamsFrame params;
   } msg{};
   if (offer == 0 || !have_nonce) {
-    auto why = budget ? stats::Outcome::kTcpFdBudget : stats::Outcome::kTcpSetupFailed;
+    auto why = budget ? stats::Outcome::kTcpFdBudget
+               : refused && offer == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed;
     stats::count(why);
-    RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
+    if (why == stats::Outcome::kTcpPolicy) RDMASHIM_INFO("fd %d (client) -> %s (%s)", fd, stats::name(why), refused);
+    else RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
     return nullptr;
   }
   wire::Hello& hello = msg.hello;
@@ -271,6 +285,12 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
   bool want_verbs = allowed && params && (hello.transports & wire::kTransportVerbs) &&
                     cfg.transport != TransportChoice::kShm &&
                     (cfg.transport == TransportChoice::kVerbs || !(hello.transports & wire::kTransportShm));
+  // A client on another host: our device may be software (verbs/policy.h).
+  if (want_verbs && !(hello.transports & wire::kTransportShm) && !peer_is_local(fd_) &&
+      verbs::remote_refused(&detail_)) {
+    want_verbs = false;
+    ack.fallback = wire::kFallbackSoftware;
+  }
   if (want_verbs) {
     int err = -EPROTO;
     sockaddr_storage local{};
@@ -311,7 +331,7 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       RDMASHIM_DEBUG("fd %d: shared-memory setup failed: %s", fd(), strerror(-err));
     }
   }
-  if (!transport_) {
+  if (!transport_ && ack.fallback != wire::kFallbackSoftware) {
     ack.fallback = failure == stats::Outcome::kTcpPolicy     ? wire::kFallbackPolicy
                    : failure == stats::Outcome::kTcpFdBudget ? wire::kFallbackFdBudget
                                                              : wire::kFallbackSetupFailed;
@@ -397,6 +417,7 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed &&
                               ack.fallback != wire::kFallbackFdBudget;
     bool budget = ack.transport == 0 ? ack.fallback == wire::kFallbackFdBudget : fds::exhausted(err);
+    if (ack.transport == 0 && ack.fallback == wire::kFallbackSoftware) detail_ = "server: software rdma";
     settle(declined_by_policy ? stats::Outcome::kTcpPolicy
            : budget           ? stats::Outcome::kTcpFdBudget
                               : stats::Outcome::kTcpSetupFailed);

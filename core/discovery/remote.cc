@@ -22,6 +22,7 @@
 #include "util/misc.h"
 #include "util/thread.h"
 #include "verbs/device.h"
+#include "verbs/policy.h"
 #include "verbs/rdmacm_api.h"
 
 namespace rdmashim::discovery {
@@ -147,6 +148,8 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   if (!rdmacm()) return nullptr;
   int err = 0;
   if (!verbs::Device::get(&err)) return nullptr;  // no active RDMA device here
+  const char* why = nullptr;
+  if (verbs::remote_refused(&why)) return nullptr;  // other hosts' clients stay on TCP: nothing to answer
   std::lock_guard<std::mutex> lock(g_mu);
   if (!start_answering()) return nullptr;
   rdma_cm_id* id = nullptr;
@@ -177,6 +180,8 @@ bool probe_remote(const sockaddr* peer, socklen_t len) {
   int err = 0;
   if (!verbs::Device::get(&err)) return false;  // without a device here, the answer does not matter
   if (is_local_address(peer, len)) return false;  // this host's listeners are in the registry
+  const char* why = nullptr;
+  if (verbs::remote_refused(&why)) return false;  // TCP is faster: not worth a probe
   uint64_t now = now_ns();
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
@@ -195,6 +200,15 @@ bool probe_remote(const sockaddr* peer, socklen_t len) {
     g_negative.push_back(c);
   }
   return yes;
+}
+
+const char* remote_refusal(const sockaddr* peer, socklen_t len) {
+  const char* why = nullptr;
+  if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return nullptr;
+  if (peer_rule(peer, len) != PeerRule::kDiscover) return nullptr;
+  if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return nullptr;
+  if (!verbs::remote_refused(&why) || is_local_address(peer, len)) return nullptr;
+  return why;
 }
 
 bool is_rdmashim_peer(const sockaddr* peer, socklen_t len) {

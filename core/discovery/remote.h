@@ -41,6 +41,12 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
 // read on a host without one). Bounded by min(RDMASHIM_SETUP_TIMEOUT_MS, 1 s).
 bool probe_remote(const sockaddr* peer, socklen_t len);
 
+// Why a connection to `peer` stays on TCP by this host's verbs policy: a
+// peer RDMASHIM_PEERS leaves to discovery, on another host, and this host's
+// RDMA device is software with nobody asking for it (verbs/policy.h); the
+// log's detail ("software rdma rxe0"), or nullptr. Such a peer is not probed.
+const char* remote_refusal(const sockaddr* peer, socklen_t len);
+
 // Whether a client should speak to `peer` as to an rdmashim server: the
 // RDMASHIM_PEERS rules, then the same-host registry, then (for another host)
 // a probe over RDMA-CM.

@@ -64,6 +64,7 @@ void load() {
     else RDMASHIM_WARN("ignoring RDMASHIM_FORKGEN=%s (expected 0..63)", t);
   }
   if (const char* t = getenv("RDMASHIM_DISABLE"); t && *t && strcmp(t, "0") != 0) c.disabled = true;
+  if (const char* t = getenv("RDMASHIM_SOFT_VERBS"); t && *t && strcmp(t, "0") != 0) c.soft_verbs = true;
   if (const char* t = getenv("RDMASHIM_DEVICE"); t && *t) {
     if (strlen(t) < sizeof c.device) memcpy(c.device, t, strlen(t) + 1);
     else RDMASHIM_WARN("ignoring RDMASHIM_DEVICE=%s (longer than any device name)", t);

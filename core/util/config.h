@@ -39,6 +39,9 @@ struct Config {
   // (discovery/short_lived.h); 0 upgrades every connection.
   uint32_t short_conn_ms = 5;
   bool disabled = false;                               // RDMASHIM_DISABLE=1
+  // RDMASHIM_SOFT_VERBS=1: verbs to other hosts even on a software RDMA
+  // device (rxe, siw), which auto leaves on TCP (verbs/policy.h).
+  bool soft_verbs = false;
   // RDMASHIM_DEVICE: the RDMA device by name; "" picks the first active one.
   char device[64] = {};
   int gid_index = -1;           // RDMASHIM_GID_INDEX (-1: chosen per connection)

@@ -4,6 +4,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
 #include "util/config.h"
 #include "util/log.h"
 
@@ -27,7 +29,8 @@ const char* step_name(Step s) {
       "ibv-pd",             "ibv-mr",          "ibv-channel",      "ibv-cq",
       "ibv-qp",             "ibv-qp-init",     "ibv-gid",          "ibv-qp-rtr",
       "ibv-qp-rts",         "cm-channel",      "cm-id",            "cm-bind",
-      "cm-listen",          "cm-resolve-addr", "cm-resolve-route", "cm-connect"};
+      "cm-listen",          "cm-resolve-addr", "cm-resolve-route", "cm-connect",
+      "ibv-qp-block",       "ibv-qp-rtr-block"};
   return s < kStepCount ? kNames[s] : "?";
 }
 
@@ -56,6 +59,10 @@ bool configure(const char* text) {
   memcpy(g_armed, armed, sizeof armed);
   for (auto& r : g_runs) r.store(0, std::memory_order_relaxed);
   return true;
+}
+
+void block_forever() {
+  for (;;) sleep(3600);
 }
 
 bool hit(Step s) {

@@ -71,6 +71,10 @@ enum Step : uint8_t {
   kCmResolveAddr,   // rdma_resolve_addr (client)
   kCmResolveRoute,  // rdma_resolve_route (client)
   kCmConnect,       // rdma_connect (client)
+  // Not a failure: the step blocks for good, as a wedged provider's call
+  // would; the watchdog must leave the connection on TCP (block_forever()).
+  kIbvQpBlock,      // ibv_create_qp never returns
+  kIbvQpRtrBlock,   // ibv_modify_qp to RTR never returns
   kStepCount
 };
 
@@ -85,6 +89,9 @@ bool configure(const char* text);
 // Whether this run of step s fails; if so errno is EIO. Reads the
 // configuration if need be.
 bool hit(Step s);
+
+// For the *-block steps: never returns (the thread sleeps for good).
+[[noreturn]] void block_forever();
 
 inline bool fail(Step s) {
   return RDMASHIM_UNLIKELY(g_state.load(std::memory_order_relaxed) != kOff) && hit(s);

@@ -12,8 +12,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <condition_variable>
 #include <cstdio>
 #include <cstring>
 #include <memory>
@@ -24,7 +22,7 @@
 #include "util/fault.h"
 #include "util/log.h"
 #include "util/stats.h"
-#include "util/thread.h"
+#include "util/watchdog.h"
 #include "verbs/ibv_api.h"
 #include "verbs/verbs_link.h"
 
@@ -36,6 +34,15 @@ Device* g_device = nullptr;
 bool g_tried = false;
 int g_err = -ENODEV;
 std::atomic<uint64_t> g_registered{0}, g_pooled{0};
+
+std::atomic<bool> g_given_up{false};
+
+// g_mu held.
+void give_up_locked(const char* what) {
+  if (g_given_up.exchange(true)) return;
+  RDMASHIM_WARN("verbs: the RDMA provider did not answer within %u ms (%s); this process goes on without verbs",
+                config().setup_timeout_ms, what);
+}
 
 void report_memory() {
   stats::set_verbs_memory(g_registered.load(std::memory_order_relaxed), g_pooled.load(std::memory_order_relaxed));
@@ -54,48 +61,29 @@ uint64_t pooled_bytes() { return g_pooled.load(std::memory_order_relaxed); }
 Device::Device() : pool_(config().verbs_pool_bytes) {}
 
 // Opening a device runs provider code that has been seen to block (a wedged
-// driver, a dead fabric manager). It runs on a watchdog thread: if it takes
+// driver, a dead fabric manager). It runs under the watchdog: if it takes
 // longer than the setup timeout, this process goes on without verbs (TCP or
-// shared memory) instead of hanging the application, and says so once.
+// shared memory) instead of hanging the application, and says so once. So
+// do the QP's creation and transitions (verbs_link_setup.cc, give_up).
 Device* Device::get(int* err) {
   std::lock_guard<std::mutex> lock(g_mu);
+  if (g_given_up.load(std::memory_order_relaxed)) {
+    *err = -ETIMEDOUT;
+    return nullptr;
+  }
   if (g_tried) {
     *err = g_err;
     return g_device;
   }
   g_tried = true;
   struct Job {
-    std::mutex mu;
-    std::condition_variable cv;
-    bool done = false;
     Device* dev = nullptr;
     int err = 0;
   };
   auto job = std::make_shared<Job>();
-  auto run = [](void* arg) -> void* {
-    auto* owner = static_cast<std::shared_ptr<Job>*>(arg);
-    std::shared_ptr<Job> j = *owner;
-    delete owner;
-    int e = 0;
-    Device* d = open_first(&e);
-    std::lock_guard<std::mutex> l(j->mu);
-    j->dev = d;
-    j->err = e;
-    j->done = true;
-    j->cv.notify_all();
-    return nullptr;  // if the caller gave up, the device stays open and unused
-  };
-  auto* arg = new (std::nothrow) std::shared_ptr<Job>(job);
-  if (!arg || !start_background_thread(run, arg)) {
-    delete arg;
-    g_device = open_first(&g_err);  // no thread to spare: open it here
-    *err = g_err;
-    return g_device;
-  }
-  std::unique_lock<std::mutex> l(job->mu);
-  uint32_t ms = config().setup_timeout_ms;
-  if (!job->cv.wait_for(l, std::chrono::milliseconds(ms), [&] { return job->done; })) {
-    RDMASHIM_WARN("verbs: the RDMA provider did not answer within %u ms; this process goes on without verbs", ms);
+  // If the caller gave up, a device opened late stays open and unused.
+  if (!run_bounded(config().setup_timeout_ms, [job] { job->dev = open_first(&job->err); })) {
+    give_up_locked("opening the device");
     *err = g_err = -ETIMEDOUT;
     return nullptr;
   }
@@ -106,6 +94,11 @@ Device* Device::get(int* err) {
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (g_device) pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, forget_after_fork); });
   return g_device;
+}
+
+void Device::give_up(const char* what) {
+  std::lock_guard<std::mutex> lock(g_mu);
+  give_up_locked(what);
 }
 
 Device* Device::open_first(int* err) {
@@ -139,6 +132,8 @@ Device* Device::open_first(int* err) {
       d->lid_ = pattr.lid;
       d->gid_table_len_ = pattr.gid_tbl_len;
       d->ethernet_ = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
+      d->judgement_ = judge(gather_facts(name, dattr.vendor_id), config().transport, config().soft_verbs);
+      d->refusal_ = "software rdma " + d->name_;
       break;
     }
     if (!d->ctx_) api->close_device(ctx);
@@ -151,7 +146,8 @@ Device* Device::open_first(int* err) {
     *err = -ENODEV;
     return nullptr;
   }
-  RDMASHIM_INFO("verbs: using %s port %u (mtu %d)", d->name_.c_str(), d->port_, 128 << d->mtu_);
+  RDMASHIM_INFO("verbs: using %s port %u (mtu %d); %s", d->name_.c_str(), d->port_, 128 << d->mtu_,
+                d->judgement_.reason.c_str());
   *err = 0;
   return d;
 }

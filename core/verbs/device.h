@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "verbs/policy.h"
 #include "verbs/reg_pool.h"
 
 namespace rdmashim::verbs {
@@ -31,6 +32,9 @@ class Device {
   // destroy (destroying them through the shared uverbs file would destroy
   // the parent's); we close our copies of the descriptors and forget them.
   static void forget_after_fork();
+  // A provider call (`what`) outlived the setup timeout: this process stops
+  // using verbs (get() answers -ETIMEDOUT from now on) and says so once.
+  static void give_up(const char* what);
 
   ibv_context* context() const { return ctx_; }
   ibv_pd* pd() const { return pd_; }
@@ -39,8 +43,11 @@ class Device {
   uint16_t lid() const { return lid_; }
   bool ethernet() const { return ethernet_; }
   const std::string& name() const { return name_; }
-  // Soft-RoCE or soft-iWARP: the "NIC" is this host's kernel.
-  bool software() const { return name_.rfind("rxe", 0) == 0 || name_.rfind("siw", 0) == 0; }
+  // Soft-RoCE or soft-iWARP: the "NIC" is this host's kernel (policy.h).
+  bool software() const { return judgement_.software; }
+  const Judgement& judgement() const { return judgement_; }
+  // The short TCP reason when verbs to other hosts is refused ("software rdma rxe0").
+  const char* refusal() const { return refusal_.c_str(); }
 
   // The GID index to use for a connection from `local`: RDMASHIM_GID_INDEX if
   // set, else a RoCEv2 GID that maps local's IPv4 address, else any IPv4-mapped
@@ -66,6 +73,8 @@ class Device {
   uint16_t lid_ = 0;
   int gid_table_len_ = 0;
   bool ethernet_ = true;
+  Judgement judgement_;
+  std::string refusal_;
   std::mutex pool_mu_;
   RegPool pool_;
 };

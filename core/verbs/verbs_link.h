@@ -45,10 +45,14 @@ static_assert(kMaxRingSize < (uint64_t{1} << 30), "positions travel modulo 2^31 
 static_assert(kMaxRingSize <= UINT32_MAX, "Params carries the ring size in a u32");
 static_assert(sizeof(Params) == wire::kParamsBytes && offsetof(Params, addr) == 24 && offsetof(Params, lid) == 40);
 
+struct Leftovers;  // verbs_link_setup.cc
+
 class VerbsLink final : public Link {
  public:
   // Creates the QP (in INIT) and registers both rings at `ring_size` (what
-  // local_params() offers), and posts the receives.
+  // local_params() offers), and posts the receives. Under the watchdog
+  // (util/watchdog.h): a provider that does not answer within the setup
+  // timeout gives -ETIMEDOUT, and this process stops using verbs.
   static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
   ~VerbsLink() override;
 
@@ -56,7 +60,8 @@ class VerbsLink final : public Link {
   // Moves the QP to RTR and RTS towards the peer. Once, never retried.
   // The peer's Params are checked first (params_plausible); `ring`, the
   // size both directions use from now on, must fit what each side
-  // registered (ours, and the peer's ring_size). -EPROTO otherwise.
+  // registered (ours, and the peer's ring_size). -EPROTO otherwise. The
+  // transitions run under the watchdog, as create() does (-ETIMEDOUT).
   int connect(const Params& peer, size_t ring);
   // After connect(): tells the peer we can take writes (a bare credit).
   void announce();
@@ -111,6 +116,10 @@ class VerbsLink final : public Link {
 
   void repost_receives(int n);
   static uint64_t widen(uint64_t old, uint32_t low31);
+  static std::unique_ptr<VerbsLink> create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err);
+  // A transition the watchdog gave up on: the thread still in the provider
+  // gets our QP, CQ, channel and rings, and releases them if it returns.
+  void hand_over_resources(Leftovers* to);
 
   Device& dev_;
   size_t ring_size_ = 0;

@@ -5,6 +5,7 @@
 #include "verbs/verbs_link.h"
 
 #include <fcntl.h>
+#include <netinet/in.h>
 
 #include <pthread.h>
 #include <signal.h>
@@ -18,8 +19,10 @@
 
 #include "sys/sys.h"
 #include "util/fault.h"
+#include "util/config.h"
 #include "util/misc.h"
 #include "util/thread.h"
+#include "util/watchdog.h"
 #include "verbs/ibv_api.h"
 
 namespace rdmashim::verbs {
@@ -36,6 +39,41 @@ void start_heartbeat_locked() {
 
 }  // namespace
 
+// A link's resources, handed to the thread a timed-out transition left in
+// the provider (VerbsLink::connect): it releases them when (if) it returns.
+// Whichever comes second, the hand-over or the return, decides: a link whose
+// call returned before it could hand over keeps and destroys its own.
+struct Leftovers {
+  std::mutex mu;
+  bool returned = false;
+  Device* dev = nullptr;
+  ibv_comp_channel* channel = nullptr;
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  Buffer rx{}, tx{};
+
+  void release() {
+    Leftovers mine;
+    {
+      std::lock_guard<std::mutex> lock(mu);
+      returned = true;
+      mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx;
+    }
+    const IbvApi* api = ibv();
+    if (mine.qp) api->destroy_qp(mine.qp);
+    if (mine.cq) api->destroy_cq(mine.cq);
+    if (mine.channel) api->destroy_comp_channel(mine.channel);
+    if (mine.dev) mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx);
+  }
+};
+
+void VerbsLink::hand_over_resources(Leftovers* to) {
+  std::lock_guard<std::mutex> lock(to->mu);
+  if (to->returned) return;
+  to->dev = &dev_, to->channel = channel_, to->cq = cq_, to->qp = qp_, to->rx = rx_, to->tx = tx_;
+  channel_ = nullptr, cq_ = nullptr, qp_ = nullptr, rx_ = Buffer{}, tx_ = Buffer{};
+}
+
 void* heartbeat_loop(void*) {
   for (;;) {
     sleep(kHeartbeatSeconds);
@@ -50,7 +88,41 @@ void VerbsLink::forget_after_fork() {
   g_heartbeat_started = false;
 }
 
+// Provider calls that can block run under the watchdog. Past the setup
+// timeout the connection stays on TCP and the process stops using verbs (a
+// provider that blocked once is wedged); the thread left in the provider
+// releases what it made if it ever returns.
 std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+  struct Job {
+    sockaddr_storage local{};
+    bool has_local = false;
+    std::unique_ptr<VerbsLink> link;
+    int err = -EIO;
+  };
+  auto job = std::make_shared<Job>();
+  if (!job) return *err = -ENOMEM, nullptr;
+  // The caller's address is copied: the thread may outlive the caller's frame.
+  if (local && (local->sa_family == AF_INET || local->sa_family == AF_INET6)) {
+    memcpy(&job->local, local, local->sa_family == AF_INET ? sizeof(sockaddr_in) : sizeof(sockaddr_in6));
+    job->has_local = true;
+  }
+  Device* d = &dev;  // never destroyed
+  bool in_time = run_bounded(
+      config().setup_timeout_ms,
+      [job, d, ring_size] {
+        job->link = create_now(*d, ring_size, job->has_local ? reinterpret_cast<sockaddr*>(&job->local) : nullptr,
+                               &job->err);
+      },
+      [job] { job->link.reset(); });
+  if (!in_time) {
+    Device::give_up("creating a queue pair");
+    return *err = -ETIMEDOUT, nullptr;
+  }
+  *err = job->err;
+  return std::move(job->link);
+}
+
+std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
   const IbvApi* api = ibv();
   std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
   if (!l) return *err = -ENOMEM, nullptr;
@@ -76,6 +148,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
   init.cap.max_send_sge = 1;
   init.cap.max_recv_sge = 1;
   init.cap.max_inline_data = 256;
+  if (RDMASHIM_FAULT(kIbvQpBlock)) fault::block_forever();
   l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
   if (!l->qp_) {
     init.cap.max_inline_data = 0;  // some providers cannot inline at all
@@ -156,18 +229,39 @@ int VerbsLink::connect(const Params& peer, size_t ring) {
   } else {
     a.ah_attr.dlid = peer.lid;
   }
-  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
-  if (RDMASHIM_FAULT(kIbvQpRtr) || api->modify_qp(qp_, &a, mask) != 0) return -errno;
-  a = ibv_qp_attr{};
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;    // 4.096 us * 2^14 = 67 ms per try
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;   // receives are always posted; RNR only in a stall
-  a.sq_psn = local_.psn;
-  a.max_rd_atomic = 1;
-  mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC;
-  if (RDMASHIM_FAULT(kIbvQpRts) || api->modify_qp(qp_, &a, mask) != 0) return -errno;
+  ibv_qp_attr rts{};
+  rts.qp_state = IBV_QPS_RTS;
+  rts.timeout = 14;    // 4.096 us * 2^14 = 67 ms per try
+  rts.retry_cnt = 7;
+  rts.rnr_retry = 7;   // receives are always posted; RNR only in a stall
+  rts.sq_psn = local_.psn;
+  rts.max_rd_atomic = 1;
+  // The thread gets copies and the QP alone: it touches nothing of ours.
+  struct Job {
+    Leftovers left;
+    int err = 0;
+  };
+  auto job = std::make_shared<Job>();
+  if (!job) return -ENOMEM;
+  ibv_qp* qp = qp_;
+  bool in_time = run_bounded(
+      config().setup_timeout_ms,
+      [job, api, qp, a, rts]() mutable {
+        int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                   IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+        if (RDMASHIM_FAULT(kIbvQpRtrBlock)) fault::block_forever();
+        if (RDMASHIM_FAULT(kIbvQpRtr) || api->modify_qp(qp, &a, mask) != 0) return void(job->err = -errno);
+        mask = IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
+               IBV_QP_MAX_QP_RD_ATOMIC;
+        if (RDMASHIM_FAULT(kIbvQpRts) || api->modify_qp(qp, &rts, mask) != 0) job->err = -errno;
+      },
+      [job] { job->left.release(); });
+  if (!in_time) {
+    hand_over_resources(&job->left);
+    Device::give_up("moving a queue pair to RTR/RTS");
+    return -ETIMEDOUT;
+  }
+  if (job->err != 0) return job->err;
   connected_ = true;
   std::lock_guard<std::mutex> lock(g_links_mu);
   g_links.push_back(this);

@@ -14,7 +14,9 @@
 #        FAULT_HOST (the address, default 127.0.0.1), FAULT_UPGRADED (what
 #        `none` must give, default shm; verbs in tests/softroce/guest/faults.sh),
 #        FAULT_LIMIT_S (setup timeout and bound on a run, default 10; each
-#        process is killed after 3x that)
+#        process is killed after 3x that), FAULT_BLOCK_MS (a *-block step,
+#        which never returns: the faulted side's setup timeout, so its
+#        watchdog gives up after that long, and it must warn that it did)
 set -euo pipefail
 
 upgraded=${FAULT_UPGRADED:-shm}
@@ -37,6 +39,13 @@ esac
 # at once) is caught by the elapsed time below.
 limit_s=${FAULT_LIMIT_S:-10}
 export RDMASHIM_SETUP_TIMEOUT_MS=$((limit_s * 1000))
+block_ms=${FAULT_BLOCK_MS:-}
+if [ -n "$block_ms" ]; then
+  case $side in
+    server) server_env+=("RDMASHIM_SETUP_TIMEOUT_MS=$block_ms") ;;
+    client) client_env+=("RDMASHIM_SETUP_TIMEOUT_MS=$block_ms") ;;
+  esac
+fi
 start=$(date +%s%N)
 env "${server_env[@]}" timeout $((3 * limit_s)) "$build/bin/rdmashim" run --log info -- "$peer" server --bind "$host" --port-file "$work/port" \
   --protocol "$protocol" --bytes "$bytes" >"$work/server.json" 2>"$work/server.log" &
@@ -89,7 +98,15 @@ if [ "$side" != none ]; then
     echo "FAIL: the $side never reached the fault point '$step'"; fail=1; }
 fi
 [ "$elapsed_ms" -lt $((limit_s * 1000)) ] || { echo "FAIL: took ${elapsed_ms} ms: something waited for the setup timeout"; fail=1; }
-! grep -q 'rdmashim\[[0-9]*\] warn' "$work/client.log" "$work/server.log" || { echo "FAIL: rdmashim warned"; fail=1; }
+if [ -n "$block_ms" ]; then
+  # The watchdog gave up on the blocked provider call, once, and said so.
+  grep -q 'rdmashim\[[0-9]*\] warn: verbs: the RDMA provider did not answer' "$work/$side.log" || {
+    echo "FAIL: the $side did not warn that its watchdog gave up"; fail=1; }
+  other=server; [ "$side" = server ] && other=client
+  ! grep -q 'rdmashim\[[0-9]*\] warn' "$work/$other.log" || { echo "FAIL: rdmashim warned on the $other"; fail=1; }
+else
+  ! grep -q 'rdmashim\[[0-9]*\] warn' "$work/client.log" "$work/server.log" || { echo "FAIL: rdmashim warned"; fail=1; }
+fi
 
 if [ "$fail" -ne 0 ]; then
   echo "--- client.log"; cat "$work/client.log"; echo "--- server.log"; cat "$work/server.log"

@@ -2,7 +2,10 @@
 # softroce.cross: two guests joined by one link, rdmashim across hosts.
 #   matrix  fallback matrix: rdmashim/rdmashim -> verbs on both sides; an
 #           rdmashim client and a plain server, or the reverse -> plain TCP;
-#           every cell's data checked by SHA-256 both ways
+#           every cell's data checked by SHA-256 both ways. The guests ask for
+#           verbs on Soft-RoCE (RDMASHIM_SOFT_VERBS=1, guest/common.sh); two
+#           cells leave it to auto: soft-auto (both ends) and soft-srvauto (the
+#           server) stay on TCP, the reason in the log ("software rdma rxe0")
 #   large   LARGE_BYTES (256 MiB) rdma_send | rdma_recv over verbs, XXH64 equal,
 #           and SHA-256 of rdma_send's input equal to that of rdma_recv's output
 #   kill    SIGKILL of a sending client, then of a receiving server, mid-stream:
@@ -53,8 +56,14 @@ yes_if() { if "$@"; then echo 1; else echo 0; fi; }
 ((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
 
 # -- matrix: pair each cell's client (guest b) and server (guest a) lines.
-transport_ok() { # CELL CLIENT_T SERVER_T
+transport_ok() { # CELL CLIENT_T SERVER_T CLIENT_WHY SERVER_WHY
 	case $1 in
+	# Soft-RoCE left to auto: TCP, with the reason (core/verbs/policy.h).
+	soft-auto-cf) [[ $2 == tcp:policy && $4 == software_rdma_* && $3 == tcp:peer-plain ]] ;;
+	# Only the server left to auto: it declines in its Ack (with RDMASHIM_PEERS),
+	# or answers no discovery probe (then the client was not told it runs rdmashim).
+	soft-srvauto-cf) [[ ($2 == tcp:policy && $4 == server:_software_rdma && $3 == tcp:policy && $5 == software_rdma_*) ||
+		($peers == none && $2 == tcp:not-advertised && $3 == tcp:peer-plain) ]] ;;
 	shim-shim-cf) [[ $2 == verbs && $3 == verbs ]] ;;
 	# A greeting may beat the Hello; then both ends must agree on TCP.
 	shim-shim-sf) [[ ($2 == verbs || $2 == tcp:server-spoke-first) && $3 == "$2" ]] ;;
@@ -65,7 +74,7 @@ transport_ok() { # CELL CLIENT_T SERVER_T
 	esac
 }
 if [[ " ${parts[*]} " == *" matrix "* ]]; then
-	for cell in shim-shim-cf shim-shim-sf shim-plain-cf shim-plain-sf plain-shim-cf plain-shim-sf; do
+	for cell in shim-shim-cf shim-shim-sf shim-plain-cf shim-plain-sf plain-shim-cf plain-shim-sf soft-auto-cf soft-srvauto-cf; do
 		c=$(result "$out" "matrix.$cell.client") s=$(result "$out" "matrix.$cell.server")
 		cj=$(kv "$c" json) sj=$(kv "$s" json)
 		ct=$(kv "$c" transport) sT=$(kv "$s" transport)
@@ -79,8 +88,9 @@ if [[ " ${parts[*]} " == *" matrix "* ]]; then
 		check "matrix $cell data" "$data" "rc client=$(kv "$c" rc) server=$(kv "$s" rc);\
  $(jf "$cj" sent)+$(jf "$sj" sent) bytes, sha256 both ways"
 		[[ $data == 1 ]] || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
-		check "matrix $cell transport" "$(yes_if transport_ok "$cell" "$ct" "$sT")" \
-			"client ${ct:-nothing}, server ${sT:-nothing}"
+		cw=$(kv "$c" why) sw=$(kv "$s" why)
+		check "matrix $cell transport" "$(yes_if transport_ok "$cell" "$ct" "$sT" "$cw" "$sw")" \
+			"client ${ct:-nothing}${cw:+ ($cw)}, server ${sT:-nothing}${sw:+ ($sw)}"
 	done
 fi
 

@@ -13,4 +13,7 @@ out=$("$here/vm" run1 --timeout 180 -- "$stage/rdmashim doctor --json")
 echo "$out"
 grep -q '"ok":true' <<<"$out" || { echo "FAIL: doctor did not report ready"; exit 1; }
 grep -q '"step":"write","ok":true' <<<"$out" || { echo "FAIL: loopback write did not complete"; exit 1; }
+# rxe0 is software: across hosts auto keeps TCP, and doctor says so (core/verbs/policy.h).
+grep -q '"step":"policy","ok":true,"detail":"rxe0 is a software RDMA device ([^"]*vendor 0xffffff[^"]*connections to other hosts stay on TCP' <<<"$out" ||
+	{ echo "FAIL: doctor did not say that rxe0 keeps connections to other hosts on TCP"; exit 1; }
 echo "ok: rdmashim doctor ready on rxe0"

@@ -9,6 +9,11 @@ say() { printf '@ %s\n' "$*"; }
 now() { date +%s.%N; }
 elapsed() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.3f", b - a }'; }
 
+# Soft-RoCE across two guests is slower than kernel TCP, so auto keeps such
+# connections on TCP (core/verbs/policy.h): the guest tests are about the
+# verbs path and ask for it here, once. A test of the policy itself unsets it.
+export RDMASHIM_SOFT_VERBS=1
+
 # "${SHIM[@]}" PROG ARGS: PROG under the preload, logging its transport.
 # shellcheck disable=SC2034 # used by the scripts that source this
 SHIM=("$BIN/rdmashim" run --log info --)
@@ -17,6 +22,13 @@ SHIM=("$BIN/rdmashim" run --log info --)
 # "rdmashim[PID] info: fd 5 (client) -> verbs" -> verbs.
 transport_of() {
 	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" 2>/dev/null | tail -n 1
+}
+
+# Why, as the last transport line says after it: "-> tcp:policy (software
+# rdma rxe0)" -> software_rdma_rxe0 (spaces made _ for a result line); "" if nothing.
+reason_of() {
+	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> [^ ]*\(.*\)$/\1/p' "$1" 2>/dev/null | tail -n 1 |
+		sed -n 's/^ (\(.*\))$/\1/p' | tr ' ' '_'
 }
 
 # wait_for_transport LOG SECONDS: until rdmashim logged the connection's transport.

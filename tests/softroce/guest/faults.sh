@@ -41,4 +41,12 @@ done
 for step in cm-channel cm-id cm-bind cm-listen; do
 	run "server.$step" server "$step" verbs verbs
 done
+# A provider call that never returns (QP creation, the RTR transition): the
+# watchdog leaves the connection on TCP after the faulted side's setup
+# timeout (2 s here), bytes intact, and the process warns once and goes on.
+for step in ibv-qp-block ibv-qp-rtr-block; do
+	FAULT_BLOCK_MS=2000 run "client.$step" client "$step" tcp:setup-failed \
+		"$([[ $step == ibv-qp-block ]] && echo tcp:peer-plain || echo tcp:setup-failed)"
+	FAULT_BLOCK_MS=2000 run "server.$step" server "$step" tcp:setup-failed tcp:setup-failed
+done
 say "fault.done"
