@@ -56,6 +56,10 @@ class Link {
   // set): a ring left queued wakes no later such sleep, so the queue is
   // drained only now and then, before it could fill.
   virtual void finish_edge_sleep(unsigned what) { finish_sleep(what, false); }
+  // The program is closing the TCP socket's last name (tcp_fd, still open):
+  // a thread asleep in sleep_edge must still hear the FIN, as one in poll()
+  // (which holds the file) would.
+  virtual void pin_socket(int /*tcp_fd*/) {}
   // Before a level-triggered sleep (poll) on wait_fd(): drops the rings
   // an edge-triggered sleeper left queued, which would wake it at once.
   virtual void drop_stale() {}

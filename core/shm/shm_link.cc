@@ -1,5 +1,6 @@
 #include "shm/shm_link.h"
 
+#include <fcntl.h>
 #include <sys/epoll.h>
 #include <sys/mman.h>
 #include <sys/socket.h>
@@ -150,12 +151,27 @@ bool ShmLink::sleep_edge(unsigned what, int tcp_fd, short tcp_events, int timeou
   if (local().sleepers.load(std::memory_order_relaxed) != sleeper_units(what)) return false;
   std::unique_lock<std::mutex> lock(edge_mu_, std::try_to_lock);
   if (!lock.owns_lock() || !edge_set(tcp_fd, tcp_events)) return false;
+  edge_active_.fetch_add(1, std::memory_order_seq_cst);
+  if (closing_.load(std::memory_order_seq_cst)) {
+    edge_active_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
+  }
   epoll_event ev[2];
   int n = sys::real().epoll_wait(epfd_.get(), ev, 2, timeout_ms);
+  int e = errno;
+  edge_active_.fetch_sub(1, std::memory_order_relaxed);
+  errno = e;
   revents[0] = revents[1] = 0;
   for (int i = 0; i < n; ++i) revents[ev[i].data.u32 != 0] |= static_cast<short>(ev[i].events);
   *result = n;
   return true;
+}
+
+void ShmLink::pin_socket(int tcp_fd) {
+  closing_.store(true, std::memory_order_seq_cst);
+  if (edge_active_.load(std::memory_order_seq_cst) == 0 || pinned_) return;
+  UniqueFd dup(sys::real().fcntl(tcp_fd, F_DUPFD_CLOEXEC, 0));
+  if (dup && fds::keep(dup)) pinned_ = std::move(dup);
 }
 
 // Makes or updates the set; any failure turns it off for good (poll then).

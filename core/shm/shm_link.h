@@ -35,6 +35,7 @@ class ShmLink final : public Link {
   void finish_sleep(unsigned what, bool rung) override { finish(what, rung, false); }
   void finish_edge_sleep(unsigned what) override { finish(what, false, true); }
   void drop_stale() override;
+  void pin_socket(int tcp_fd) override;
   bool sleep_edge(unsigned what, int tcp_fd, short tcp_events, int timeout_ms, short* revents, int* result) override;
 
   Segment& segment() { return *segment_; }
@@ -78,6 +79,14 @@ class ShmLink final : public Link {
   int ep_tcp_ = -1;
   short ep_events_ = 0;
   bool edge_off_ = false;  // the set could not be made or kept: poll
+  // An epoll set holds no reference to the files in it: once the program
+  // closed the socket, a sleeper in epoll_wait would lose it (and its FIN)
+  // where poll() keeps it open. pin_socket() keeps a duplicate for the
+  // sleepers in flight (a Dekker pair: closing_ / edge_active_); later
+  // sleeps poll.
+  std::atomic<bool> closing_{false};
+  std::atomic<int> edge_active_{0};
+  UniqueFd pinned_;
   const Side self_;
   const Side peer_;
   SideState& mine_;
