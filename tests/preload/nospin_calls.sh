@@ -3,8 +3,8 @@
 # (issue 11, part 3): a 64 B ping-pong with RDMASHIM_SPIN_US=0 (every wait
 # sleeps), both processes under rdmashim, against plain TCP, counted with
 # strace -f -c. MODE is the ping-pong's --wait: block (a blocking recv: TCP
-# pays the send and the recv), poll or epoll (a non-blocking socket and the
-# program's own poll()/epoll_wait() before each recv).
+# pays the send and the recv) or poll (a non-blocking socket and the
+# program's own poll() before each recv; epoll works too, see CMakeLists).
 #
 # Before this test, a sleeping reader cost the peer's ring (a datagram
 # write), its poll() and a read that drained the ring: 3 calls per message
