@@ -88,13 +88,28 @@ void ShmLink::finish(unsigned what, bool rung, bool edge) {
   if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) != units) return;
   std::lock_guard<std::mutex> lock(drain_mu_);
   int64_t owed = static_cast<int64_t>(rings - local().drained.load(std::memory_order_relaxed));
-  if (edge && owed < kLazyDrain) {
+  if (edge && owed < lazy_drain()) {
     if (owed > 0 && static_cast<int64_t>(rings - local().stale_upto.load(std::memory_order_relaxed)) > 0)
       local().stale_upto.store(rings, std::memory_order_relaxed);
     return;
   }
   if (owed <= 0 && !rung) return;
   drain(owed > 0 ? owed : 1, rings);
+}
+
+// Once per process, from the first doorbell: our SO_SNDBUF stands for the
+// peer's (same host, same defaults; a peer that shrinks its own only loses
+// its own rings). In a sandbox no call of ours: drain every ring.
+int64_t ShmLink::lazy_drain() const {
+  if (sandbox() != Sandbox::kNone) return 1;
+  static const int64_t n = [fd = doorbell_.get()] {
+    int sndbuf = 0;
+    socklen_t len = sizeof sndbuf;
+    if (sys::real().getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0) return int64_t{1};
+    int64_t quarter = sndbuf / kBytesPerRing / 4;
+    return quarter < 1 ? int64_t{1} : quarter > kLazyDrain ? kLazyDrain : quarter;
+  }();
+  return n;
 }
 
 void ShmLink::drop_stale() {

@@ -57,9 +57,13 @@ class ShmLink final : public Link {
 
  private:
   static constexpr uint64_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000, kOneSleep = uint64_t{1} << 32;
-  // An edge-triggered sleeper drains once this many rings are queued (a
-  // mutually connected pair queues ~270 one-byte datagrams before EAGAIN).
+  // An edge-triggered sleeper drains once this many rings are queued, at
+  // most a quarter of what the queue holds: a one-byte datagram costs its
+  // sender ~770 bytes of SO_SNDBUF (~270 at the default 208 KiB), and a ring
+  // that finds the queue full is lost to an edge-triggered sleeper.
   static constexpr int64_t kLazyDrain = 64;
+  static constexpr int kBytesPerRing = 770;
+  int64_t lazy_drain() const;
   void wake_peer(uint64_t who);
   void finish(unsigned what, bool rung, bool edge);
   void drain(int64_t n, uint64_t rings);
