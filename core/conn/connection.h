@@ -326,6 +326,9 @@ class Connection {
   void note_tx_dirty() {
     if (!idle_listed_.load(std::memory_order_relaxed) && ring_->release_pending()) list_idle();
   }
+  void note_rx_maintained() {  // rx_mu_ held
+    if (!idle_listed_.load(std::memory_order_relaxed) && ring_->maintained()) list_idle();
+  }
   void list_idle();
   void forget_idle();
   uint64_t release_idle(uint64_t now, bool* done);  // the registry's lock held

@@ -12,6 +12,7 @@
 #include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/misc.h"
+#include "util/process.h"
 #include "util/signals.h"
 #include "util/spin.h"
 #include "util/schedule.h"
@@ -62,6 +63,12 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (fin) ping_if_due();
   // About to sleep: rings of this process that went idle give pages back.
   uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
+  if (ring_->maintained() && sandbox() == Sandbox::kNone) {
+    // Our own link too (the registry skips a connection whose send side we
+    // hold): a region to offer or adopt, a staging to grow, before we sleep.
+    uint64_t due = link.maintain(now_ns(), for_write || tx_held_, !for_write);
+    if (due != 0 && (release_due == 0 || due < release_due)) release_due = due;
+  }
   short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
