@@ -168,7 +168,7 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip, bool may_g
 ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
   ssize_t avail = readable();
   if (avail <= 0) return avail;
-  const unsigned char* data = link_.rx_data();
+  const unsigned char* data = elastic_ ? link_.rx_data() : nullptr;  // else rx_span() per piece
   // Read after the tail (readable()): the map that placed these bytes. A
   // hostile map only garbles the peer's own bytes; offsets stay in bounds.
   uint64_t map = elastic_ ? link_.peer_map() : 0;

@@ -162,7 +162,8 @@ size_t VerbsLink::put_room() {
     if (tx_rgn_.offer_pending() && tx_rgn_.offered_size() >= tx_rgn_.size()) adopt_locked(lock);
   }
   uint64_t region = tx_rgn_.room(peer_head_.load(std::memory_order_acquire), end);
-  if (RDMASHIM_UNLIKELY(region == 0)) {
+  if (RDMASHIM_UNLIKELY(region == 0) && !tx_pressured_.load(std::memory_order_relaxed)) {
+    tx_pressured_.store(true, std::memory_order_relaxed);  // once per region: adopt_locked() clears it
     Ctl c{};
     std::unique_lock<std::mutex> lock(sq_mu_);
     if (reserve_sq(lock, 1) == 0 && tx_rgn_.take_pressure(&c)) post_ctl_locked(c);

@@ -157,6 +157,7 @@ class VerbsLink final : public Link {
   std::atomic<size_t> stage_{0};  // staging bytes used: a power of two dividing the ring
   std::atomic<bool> tx_offer_{false};      // an offer waits for adoption
   std::atomic<bool> stage_short_{false};   // a writer found the staging full
+  std::atomic<bool> tx_pressured_{false};  // we reported pressure on the peer's current region
   std::mutex offer_mu_;                    // the consumer's offers and retirement
   uint64_t idle_tail_ = 0, idle_since_ = 0;    // offer_mu_: the last tail maintain() saw, since when
   uint64_t idle_posted_ = 0, tx_idle_since_ = 0;  // tx owned: the same for our writes

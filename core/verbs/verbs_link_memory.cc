@@ -15,6 +15,7 @@ void VerbsLink::adopt_locked(std::unique_lock<std::mutex>& lock) {
   // before it are in the old region, from it on in the new one.
   Ctl s = tx_rgn_.adopt(data_posted_end_);
   tx_offer_.store(false, std::memory_order_relaxed);
+  tx_pressured_.store(false, std::memory_order_relaxed);
   post_ctl_locked(s);
 }
 
@@ -117,7 +118,11 @@ uint64_t VerbsLink::maintain(uint64_t now, bool tx_owned, bool rx_owned) {
   if (rx_rgn_.size() <= small) return due;
   // Drained and nothing new for kIdleNs: back to a small region.
   uint64_t tail = peer_tail_.load(std::memory_order_acquire);
-  if (tail != idle_tail_ || idle_since_ == 0 || own_head() != tail) {
+  if (own_head() != tail) {
+    idle_since_ = 0;  // unread bytes: the next read, then sleep, starts the clock
+    return due;
+  }
+  if (tail != idle_tail_ || idle_since_ == 0) {
     idle_tail_ = tail;
     idle_since_ = now;
   }
