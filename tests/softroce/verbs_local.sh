@@ -61,7 +61,7 @@ i=$(result "$out" idle.verbs)
 busy=$(kv "$i" busy_registered) idle=$(kv "$i" idle_registered)
 check "idle connection moved its bytes over verbs" "$([[ $(kv "$i" rc) == 0 && $(kv "$i" json) == *'"exact": true'* && $(kv "$i" json) == *'"last": true'* && $(kv "$i" client) == verbs && $(kv "$i" server) == verbs ]] && echo 1 || echo 0)" \
 	"rc=$(kv "$i" rc) in $(kv "$i" secs) s, client $(kv "$i" client), server $(kv "$i" server), $(kv "$i" json)"
-check "registration grew while moving" "$([[ -n $busy && $busy -gt $((4 << 20)) ]] && echo 1 || echo 0)" \
+check "registration grew while moving" "$([[ -n $busy && $busy -gt $((2 << 20)) ]] && echo 1 || echo 0)" \
 	"largest verbs_registered while moving: ${busy:-none} bytes"
 check "idle connection gave its registration back" "$([[ -n $idle && ${idle%%/*} -gt 0 && ${idle%%/*} -le $((2 << 20)) && ${idle##*/} == 2 ]] && echo 1 || echo 0)" \
 	"verbs_registered/verbs_pooled/processes while idle: ${idle:-none} (bound $((2 << 20)) each)"

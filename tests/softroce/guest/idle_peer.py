@@ -7,7 +7,8 @@
   idle_peer.py client HOST PORT BYTES IDLE_FILE SECS
                                           sends BYTES, reads 'k', touches
                                           IDLE_FILE, sits idle in select()
-                                          for SECS, then sends its last byte
+                                          until IDLE_FILE.done exists (at
+                                          most SECS), then sends its last byte
 
 Both sides sleep in rdmashim's hooks while idle (recv, select), where idle
 connections give memory back. The server prints {"bytes": N, "exact": bool}.
@@ -17,6 +18,7 @@ import random
 import select
 import socket
 import sys
+import time
 
 BLOCK = random.Random(7).randbytes(1 << 20)
 TWICE = BLOCK + BLOCK
@@ -68,7 +70,9 @@ def client(host, port, n, idle_file, secs):
     if recv_exact(s, 1) != b"k":
         sys.exit(1)
     open(idle_file, "w").close()
-    select.select([s], [], [], secs)  # idle, asleep in our hooks
+    end = time.monotonic() + secs
+    while not os.path.exists(idle_file + ".done") and time.monotonic() < end:
+        select.select([s], [], [], 0.5)  # idle, asleep in our hooks
     s.sendall(b"x")
     s.close()
 

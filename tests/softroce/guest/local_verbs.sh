@@ -62,8 +62,8 @@ say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline ech
 
 # Elastic registered memory (verbs/regions.h): a connection that moved
 # IDLE_BYTES (256 MiB) and then sits idle gives its registration back: the
-# receiver's ring shrinks from 16 MiB to its first region, the sender's
-# staging from 1 MiB. Both processes' verbs_registered while idle; with
+# receiver's grown ring shrinks to its 256 KiB first region, the sender's
+# staging likewise. Both processes' verbs_registered while idle; with
 # fixed rings each kept 17 MiB (16 MiB ring + 1 MiB staging) for good.
 registered_of() { # WORD -> the largest verbs_registered/verbs_pooled/count among processes whose command (comm) has WORD
 	"$BIN/rdmashim" stat --json 2>/dev/null | python3 -c '
@@ -72,13 +72,13 @@ d = [p for p in json.load(sys.stdin) if sys.argv[1] in p.get("command", "")]
 best = max(d, key=lambda p: p.get("verbs_registered", 0), default={})
 print("%d/%d/%d" % (best.get("verbs_registered", 0), best.get("verbs_pooled", 0), len(d)))' "$1"
 }
-rm -f idle.port idle.mark
+rm -f idle.port idle.mark idle.mark.done
 timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/idle_peer.py" server "$PWD/idle.port" >idle.server.out 2>idle.server.log &
 ipid=$!
 for ((i = 0; i < 300; i++)); do [[ -s idle.port ]] && break; sleep 0.1; done
 t0=$(now)
 timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/idle_peer.py" client "$self" "$(cat idle.port 2>/dev/null)" \
-	"${IDLE_BYTES:-268435456}" "$PWD/idle.mark" 6 2>idle.client.log &
+	"${IDLE_BYTES:-268435456}" "$PWD/idle.mark" 60 2>idle.client.log &
 cpid=$!
 busy=0
 for ((i = 0; i < 1200; i++)); do # the most either registered while moving
@@ -90,6 +90,7 @@ done
 t1=$(now)
 sleep 3.5 # idle: more than a second drained and quiet
 idle=$(registered_of python)
+touch idle.mark.done # the client sends its last byte and both end
 wait "$cpid"
 crc=$?
 wait "$ipid"
