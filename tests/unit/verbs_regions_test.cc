@@ -14,6 +14,7 @@
 #include <random>
 #include <vector>
 
+#include "ring/ring_channel.h"
 #include "verbs/regions.h"
 
 namespace rdmashim::verbs {
@@ -233,6 +234,189 @@ TEST(VerbsRegions, RandomGrowAndShrinkKeepEveryByte) {
   }
   EXPECT_GT(grows, 20);
   EXPECT_GT(shrinks, 20);
+}
+
+// The same protocol under the ring itself: a Link whose rx ring is a chain
+// of regions (rx_span) and whose producer writes where the peer's current
+// region says, driven through RingChannel's write and read with iovecs.
+class RegionLink final : public Link {
+ public:
+  RegionLink(std::mt19937& rng, size_t ring, size_t start) : rng_(rng), ring_(ring), start_(start) {
+    Buffer first = reg(start);
+    rx_.init(first, start, ring);
+    tx_.init(reinterpret_cast<uintptr_t>(first.data), key(first), start, ring);
+  }
+  ~RegionLink() override {
+    for (auto& [k, b] : live_) free(b.data);
+  }
+  size_t ring_size() const override { return ring_; }
+  void put(uint64_t, const void* src, size_t len) override {
+    auto* p = static_cast<const unsigned char*>(src);
+    staged_.insert(staged_.end(), p, p + len);
+  }
+  void publish_tail(uint64_t tail) override {
+    uint64_t pos = own_tail_;
+    size_t at = 0;
+    while (pos < tail) {  // into the region current now, as VerbsLink posts
+      uint64_t piece = std::min<uint64_t>(tail - pos, tx_.contiguous(pos));
+      to_rx_.push_back({Msg::kData, tx_.rkey(), tx_.addr_of(pos),
+                        std::vector<unsigned char>(staged_.begin() + at, staged_.begin() + at + piece), 0, {}});
+      pos += piece;
+      at += piece;
+    }
+    staged_.clear();
+    own_tail_ = tail;
+    to_rx_.push_back({Msg::kTail, 0, 0, {}, tail, {}});
+  }
+  uint64_t peer_head() override { return credit_; }
+  const unsigned char* rx_data() const override {
+    size_t n;
+    return rx_.at(own_head_, &n);
+  }
+  const unsigned char* rx_span(uint64_t pos, size_t* contiguous) const override { return rx_.at(pos, contiguous); }
+  uint64_t peer_tail() override { return peer_tail_; }
+  void publish_head(uint64_t head) override {
+    own_head_ = head;
+    Buffer old;
+    if (rx_.retire(head, &old)) dereg(old);
+    to_tx_.push_back({Msg::kCredit, 0, 0, {}, head, {}});
+  }
+  uint64_t own_tail() const override { return own_tail_; }
+  uint64_t own_head() const override { return own_head_; }
+  int wait_fd() const override { return -1; }
+  void prepare_sleep(unsigned) override {}
+  void finish_sleep(unsigned, bool) override {}
+  size_t put_room() override {
+    uint64_t room = tx_.room(credit_, own_tail_);
+    Ctl c{};
+    if (room == 0 && tx_.take_pressure(&c)) to_rx_.push_back({Msg::kControl, 0, 0, {}, 0, c});
+    return static_cast<size_t>(room);
+  }
+
+  // The NIC and the peers' maintenance, one random step.
+  void step() {
+    switch (rng_() % 4) {
+      case 0:
+        for (int k = static_cast<int>(rng_() % 8); k >= 0 && !to_rx_.empty(); --k) deliver_rx();
+        break;
+      case 1:
+        for (int k = static_cast<int>(rng_() % 4); k >= 0 && !to_tx_.empty(); --k) deliver_tx();
+        break;
+      case 2:
+        if (rx_.can_offer() && (rx_.pressure() || (own_head_ == peer_tail_ && rx_.size() > start_ && rng_() % 3 == 0))) {
+          shrinks += !rx_.pressure();
+          Buffer b = reg(rx_.pressure() ? rx_.grown_size() : start_);
+          Ctl c = rx_.offer(b);
+          c.rkey = key(b);
+          to_tx_.push_back({Msg::kControl, 0, 0, {}, 0, c});
+        }
+        break;
+      case 3:
+        if (tx_.offer_pending()) {  // between two writes: nothing staged
+          grows += tx_.offered_size() > tx_.size();
+          to_rx_.push_back({Msg::kControl, 0, 0, {}, 0, tx_.adopt(own_tail_)});
+        }
+        break;
+    }
+  }
+  int grows = 0, shrinks = 0;
+
+ private:
+  uint32_t key(const Buffer& b) const {
+    for (auto& [k, l] : live_) {
+      if (l.data == b.data) return k;
+    }
+    return 0;
+  }
+  Buffer reg(size_t size) {
+    Buffer b{malloc(size), size, nullptr, true};
+    memset(b.data, 0xEE, size);
+    live_[++next_key_] = b;
+    return b;
+  }
+  void dereg(const Buffer& b) {
+    uint32_t k = key(b);
+    ASSERT_NE(k, 0u);
+    memset(b.data, 0xDD, b.size);
+    free(b.data);
+    live_.erase(k);
+  }
+  void deliver_rx() {
+    Msg m = std::move(to_rx_.front());
+    to_rx_.pop_front();
+    if (m.kind == Msg::kData) {
+      auto it = live_.find(m.rkey);
+      ASSERT_NE(it, live_.end());
+      uint64_t lo = reinterpret_cast<uintptr_t>(it->second.data);
+      ASSERT_TRUE(m.addr >= lo && m.addr + m.bytes.size() <= lo + it->second.size);
+      memcpy(reinterpret_cast<void*>(m.addr), m.bytes.data(), m.bytes.size());
+    } else if (m.kind == Msg::kTail) {
+      peer_tail_ = m.pos;
+    } else if (m.ctl.kind == kCtlSwitch) {
+      ASSERT_TRUE(rx_.on_switch(m.ctl, peer_tail_));
+    } else {
+      rx_.on_pressure(m.ctl);
+    }
+  }
+  void deliver_tx() {
+    Msg m = std::move(to_tx_.front());
+    to_tx_.pop_front();
+    if (m.kind == Msg::kCredit) {
+      credit_ = std::max(credit_, m.pos);
+    } else {
+      ASSERT_TRUE(tx_.offer(m.ctl));
+    }
+  }
+
+  std::mt19937& rng_;
+  size_t ring_, start_;
+  RxRegions rx_;
+  TxRegions tx_;
+  std::map<uint32_t, Buffer> live_;
+  uint32_t next_key_ = 0;
+  std::vector<unsigned char> staged_;
+  std::deque<Msg> to_rx_, to_tx_;
+  uint64_t own_tail_ = 0, credit_ = 0, own_head_ = 0, peer_tail_ = 0;
+};
+
+TEST(VerbsRegions, RingChannelOverGrowingAndShrinkingRegions) {
+  int grows = 0, shrinks = 0;
+  for (uint32_t seed = 1; seed <= 30; ++seed) {
+    std::mt19937 rng(seed);
+    size_t ring = size_t{64} << (10 + rng() % 5);
+    size_t start = std::min(ring, size_t{4} << (10 + rng() % 3));
+    RegionLink link(rng, ring, start);
+    RingChannel tx(link), rx(link);  // one end writes, the other reads
+    const uint64_t total = uint64_t{4} << 20;
+    std::vector<unsigned char> src(ring), dst(ring);
+    uint64_t sent = 0, got = 0;
+    while (got < total) {
+      if (sent < total && rng() % 2) {
+        size_t n = std::min<uint64_t>(total - sent, 1 + rng() % (rng() % 4 ? 5000 : ring));
+        for (size_t i = 0; i < n; ++i) src[i] = pattern(sent + i);
+        size_t cut = rng() % (n + 1);
+        iovec iov[2] = {{src.data(), cut}, {src.data() + cut, n - cut}};
+        ssize_t w = tx.write(iov, 2);
+        ASSERT_GE(w, 0) << "seed " << seed;
+        sent += static_cast<uint64_t>(w);
+      }
+      if (rng() % 2) {
+        size_t n = 1 + rng() % (rng() % 4 ? 7000 : ring);
+        size_t cut = rng() % (n + 1);
+        iovec iov[2] = {{dst.data(), cut}, {dst.data() + cut, n - cut}};
+        ssize_t r = rx.read(iov, 2, rng() % 8 == 0);
+        ASSERT_GE(r, 0) << "seed " << seed;
+        for (ssize_t i = 0; i < r; ++i) ASSERT_EQ(dst[i], pattern(got + i)) << "seed " << seed << " position " << got + i;
+        if (rx.rx_position() > got) got = rx.rx_position();
+      }
+      link.step();
+      ASSERT_FALSE(::testing::Test::HasFatalFailure()) << "seed " << seed;
+    }
+    grows += link.grows;
+    shrinks += link.shrinks;
+  }
+  EXPECT_GT(grows, 10);
+  EXPECT_GT(shrinks, 10);
 }
 
 TEST(VerbsRegions, ProducerRefusesHostileOffers) {
