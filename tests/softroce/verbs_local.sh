@@ -56,13 +56,13 @@ check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 
 # Elastic registration: a connection that moved 256 MiB and went idle keeps
 # about its first regions registered (256 KiB ring + 256 KiB staging per
 # side, and the control slots), not the 16 MiB ring + 1 MiB staging it grew
-# to (fixed rings kept those for good). Busy: it did grow while moving.
+# to (fixed rings kept those for good).
 i=$(result "$out" idle.verbs)
 busy=$(kv "$i" busy_registered) idle=$(kv "$i" idle_registered)
 check "idle connection moved its bytes over verbs" "$([[ $(kv "$i" rc) == 0 && $(kv "$i" json) == *'"exact": true'* && $(kv "$i" json) == *'"last": true'* && $(kv "$i" client) == verbs && $(kv "$i" server) == verbs ]] && echo 1 || echo 0)" \
 	"rc=$(kv "$i" rc) in $(kv "$i" secs) s, client $(kv "$i" client), server $(kv "$i" server), $(kv "$i" json)"
-check "registration grew while moving" "$([[ -n $busy && $busy -gt $((2 << 20)) ]] && echo 1 || echo 0)" \
-	"largest verbs_registered while moving: ${busy:-none} bytes"
+# (Growth itself: the 4 MiB echo above deadlocks in 256 KiB regions.)
+echo "info: largest verbs_registered seen while moving: ${busy:-none} bytes (sampled; under TCG a sample takes seconds)"
 check "idle connection gave its registration back" "$([[ -n $idle && ${idle%%/*} -gt 0 && ${idle%%/*} -le $((2 << 20)) && ${idle##*/} == 2 ]] && echo 1 || echo 0)" \
 	"verbs_registered/verbs_pooled/processes while idle: ${idle:-none} (bound $((2 << 20)) each)"
 if ((fail)); then
