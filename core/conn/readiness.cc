@@ -62,13 +62,16 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   bool fin = for_write && peer_wr_shut_.load(std::memory_order_relaxed);
   if (fin) ping_if_due();
   // About to sleep: rings of this process that went idle give pages back.
-  uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
-  if (ring_->maintained() && sandbox() == Sandbox::kNone) {
-    // Our own link too (the registry skips a connection whose send side we
-    // hold): a region to offer or adopt, a staging to grow, before we sleep.
-    uint64_t due = link.maintain(now_ns(), for_write || tx_held_, !for_write);
-    if (due != 0 && (release_due == 0 || due < release_due)) release_due = due;
+  uint64_t own_due = 0;
+  if (ring_->maintenance_wanted() && sandbox() == Sandbox::kNone) {
+    // Registered memory (verbs) to grow, shrink or adopt, before we sleep:
+    // here what needs the side we hold; listed, the registry below (or the
+    // next sleep of this process) does what needs the other side.
+    note_maintenance();
+    own_due = link.maintain(now_ns(), for_write || tx_held_, !for_write);
   }
+  uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
+  if (own_due != 0 && (release_due == 0 || own_due < release_due)) release_due = own_due;
   short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   int timeout = -1;
@@ -235,6 +238,7 @@ unsigned Connection::arm(short events) {
   unsigned what = ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
                   ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
   transport_->link().prepare_sleep(what);
+  note_maintenance();  // an offer that woke this sleeper is adopted before the next sleep
   return what;
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }

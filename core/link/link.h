@@ -105,6 +105,9 @@ class Link {
   // rx_owned: the receive side. Returns when it wants to run again (a
   // now_ns() time; 0: no wish).
   virtual bool maintained() const { return false; }
+  // Whether maintain() has anything to do now (cheap, any thread): a
+  // connection is in the idle registry only while it does.
+  virtual bool maintenance_wanted() const { return false; }
   virtual uint64_t maintain(uint64_t /*now*/, bool /*tx_owned*/, bool /*rx_owned*/) { return 0; }
 };
 

@@ -69,10 +69,12 @@ class RingChannel {
   // time, if the consumer drained everything (caller holds the send side);
   // true if nothing is left to give back. pending says there is something.
   static constexpr size_t kReleaseMinBytes = 64 * 1024;
-  bool release_pending() const { return (elastic_ && tx_dirty_ > kReleaseMinBytes) || maintained_; }
-  // The link has registered memory to maintain (Link::maintain): the
-  // connection stays in the idle registry while it lives.
+  bool release_pending() const { return elastic_ && tx_dirty_ > kReleaseMinBytes; }
+  // The link has registered memory to maintain (Link::maintain), and whether
+  // it has something to do now: the connection is in the idle registry
+  // while it does.
   bool maintained() const { return maintained_; }
+  bool maintenance_wanted() const { return maintained_ && link_.maintenance_wanted(); }
   bool release_tx();
   // The consumer, once the producer is gone for good: our whole rx ring.
   void release_rx();

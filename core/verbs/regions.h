@@ -158,6 +158,7 @@ class RxRegions {
   bool can_offer() const { return state_.load(std::memory_order_acquire) == kNone; }
   uint32_t gen() const { return gen_.load(std::memory_order_relaxed); }
   size_t size() const { return cur_.size; }
+  size_t size_hint() const { return cur_size_.load(std::memory_order_relaxed); }  // any thread
   size_t ring() const { return ring_; }
   // The size to grow to: x4, at most the ring.
   size_t grown_size() const { return cur_.size * 4 < ring_ ? cur_.size * 4 : ring_; }

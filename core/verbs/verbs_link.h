@@ -95,6 +95,12 @@ class VerbsLink final : public Link {
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
   size_t put_room() override;
   bool maintained() const override { return true; }
+  bool maintenance_wanted() const override {
+    const size_t small = ring_size_ < kStartRegion ? ring_size_ : kStartRegion;
+    return tx_offer_.load(std::memory_order_relaxed) || rx_rgn_.pressure() || rx_rgn_.switched() ||
+           rx_rgn_.size_hint() > small || stage_.load(std::memory_order_relaxed) > small ||
+           stage_short_.load(std::memory_order_relaxed);
+  }
   uint64_t maintain(uint64_t now, bool tx_owned, bool rx_owned) override;
   // What is registered for this link's rings now (rx regions and staging).
   size_t rx_region_size() const { return rx_rgn_.size(); }
