@@ -342,7 +342,12 @@ class Connection {
   // Elastic memory (idle_release.cc). tx_mu_ held for note_tx_dirty.
   static constexpr uint64_t kReleaseIntervalNs = 100'000'000;
   void note_tx_dirty() {
-    if (!idle_listed_.load(std::memory_order_relaxed) && ring_->release_pending()) list_idle();
+    if (!idle_listed_.load(std::memory_order_relaxed) && (ring_->release_pending() || ring_->maintenance_wanted())) {
+      list_idle();
+    }
+  }
+  void note_maintenance() {  // any side: registered memory (verbs) to grow, shrink or adopt
+    if (!idle_listed_.load(std::memory_order_relaxed) && ring_ && ring_->maintenance_wanted()) list_idle();
   }
   void list_idle();
   void forget_idle();

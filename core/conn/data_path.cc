@@ -262,6 +262,7 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
     }
     ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
+    note_maintenance();
     if (r > 0 || r == -EFAULT) return r;
     if (r < 0) return broken("ring cursor out of bounds");
     follow_sibling_downgrade();

@@ -50,6 +50,14 @@ uint64_t Connection::release_idle(uint64_t now, bool* done) {
   }
   // A forked sibling may write this ring too: it stays as it is.
   if (transport_->shared()) return 0;
+  if (ring_->maintained()) {
+    // Registered memory (verbs): listed while it has something to do. rx_mu_
+    // comes before tx_mu_ elsewhere, hence only tried.
+    std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+    uint64_t due = transport_->link().maintain(now, true, rx.owns_lock());
+    *done = due == 0 && !ring_->maintenance_wanted();
+    return due;
+  }
   if (last_release_ns_ != 0 && now - last_release_ns_ < kReleaseIntervalNs) return last_release_ns_ + kReleaseIntervalNs;
   if (!ring_->release_tx()) return 0;  // the reader has not drained it yet
   last_release_ns_ = now;

@@ -12,6 +12,7 @@
 #include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/misc.h"
+#include "util/process.h"
 #include "util/signals.h"
 #include "util/spin.h"
 #include "util/schedule.h"
@@ -61,7 +62,16 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   bool fin = for_write && peer_wr_shut_.load(std::memory_order_relaxed);
   if (fin) ping_if_due();
   // About to sleep: rings of this process that went idle give pages back.
+  uint64_t own_due = 0;
+  if (ring_->maintenance_wanted() && sandbox() == Sandbox::kNone) {
+    // Registered memory (verbs) to grow, shrink or adopt, before we sleep:
+    // here what needs the side we hold; listed, the registry below (or the
+    // next sleep of this process) does what needs the other side.
+    note_maintenance();
+    own_due = link.maintain(now_ns(), for_write || tx_held_, !for_write);
+  }
   uint64_t release_due = release_idle_memory(for_write || tx_held_ ? this : nullptr);
+  if (own_due != 0 && (release_due == 0 || own_due < release_due)) release_due = own_due;
   short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
   short revents[2];
@@ -251,6 +261,7 @@ unsigned Connection::arm(short events, bool edge) {
                   ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
   transport_->link().prepare_sleep(what);
   if (!edge) transport_->link().drop_stale();
+  note_maintenance();  // an offer that woke this sleeper is adopted before the next sleep
   return what;
 }
 void Connection::disarm(unsigned armed, bool rung, bool edge) {

@@ -31,6 +31,13 @@ class Link {
 
   // Consumer side. Our rx ring is always local memory.
   virtual const unsigned char* rx_data() const = 0;
+  // Where stream position pos is in it, and how many bytes from there are
+  // contiguous: one ring, or (verbs) a chain of registered regions.
+  virtual const unsigned char* rx_span(uint64_t pos, size_t* contiguous) const {
+    uint64_t off = pos & (ring_size() - 1);
+    *contiguous = ring_size() - off;
+    return rx_data() + off;
+  }
   // The peer's producer position. Untrusted: RingChannel checks it.
   virtual uint64_t peer_tail() = 0;
   virtual void publish_head(uint64_t head) = 0;
@@ -108,6 +115,19 @@ class Link {
   // good). False if the kernel refused (then never again).
   virtual bool release_tx(size_t /*len*/) { return false; }
   virtual bool release_rx(size_t /*len*/) { return false; }
+
+  // Elastic registered memory (verbs, verbs/regions.h): the receiver grows
+  // its region when the producer reports pressure and shrinks it when
+  // drained and idle; the producer adopts what the receiver offers. Runs
+  // when the process is about to sleep in our hooks, never per call.
+  // tx_owned: the caller holds the send side (nothing put and unposted);
+  // rx_owned: the receive side. Returns when it wants to run again (a
+  // now_ns() time; 0: no wish).
+  virtual bool maintained() const { return false; }
+  // Whether maintain() has anything to do now (cheap, any thread): a
+  // connection is in the idle registry only while it does.
+  virtual bool maintenance_wanted() const { return false; }
+  virtual uint64_t maintain(uint64_t /*now*/, bool /*tx_owned*/, bool /*rx_owned*/) { return 0; }
 };
 
 }  // namespace rdmashim

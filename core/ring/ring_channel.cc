@@ -39,6 +39,7 @@ RingChannel::RingChannel(Link& link)
       mask_(link.ring_size() - 1),
       tx_lap_(link.ring_size()),
       elastic_(link.elastic()),
+      maintained_(link.maintained()),
       first_lap_(link.ring_size() < kFirstLap ? link.ring_size() : kFirstLap) {}
 
 void RingChannel::publish_map() { link_.publish_map(uint64_t{log2_of(tx_lap_)} << 32 | (tx_base_ & mask_)); }
@@ -167,7 +168,7 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip, bool may_g
 ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
   ssize_t avail = readable();
   if (avail <= 0) return avail;
-  const unsigned char* data = link_.rx_data();
+  const unsigned char* data = elastic_ ? link_.rx_data() : nullptr;  // else rx_span() per piece
   // Read after the tail (readable()): the map that placed these bytes. A
   // hostile map only garbles the peer's own bytes; offsets stay in bounds.
   uint64_t map = elastic_ ? link_.peer_map() : 0;
@@ -184,10 +185,17 @@ ssize_t RingChannel::read(const iovec* iov, int iovcnt, bool peek) {
       auto* dst = static_cast<unsigned char*>(iov[i].iov_base);
       size_t len = iov[i].iov_len < left ? iov[i].iov_len : left;
       while (len > 0) {
-        uint64_t off = (pos - base) & lap_mask;
-        size_t piece = static_cast<size_t>(lap_mask + 1 - off);
+        const unsigned char* from;
+        size_t piece;
+        if (elastic_) {
+          uint64_t off = (pos - base) & lap_mask;
+          from = data + off;
+          piece = static_cast<size_t>(lap_mask + 1 - off);
+        } else {
+          from = link_.rx_span(pos, &piece);  // a fixed ring, or verbs regions
+        }
         if (piece > len) piece = len;
-        if (!copy_user(dst, data + off, piece, dst)) {
+        if (!copy_user(dst, from, piece, dst)) {
           left = 0;  // what was copied before the fault counts; the rest stays
           if (done == 0) return -EFAULT;
           break;

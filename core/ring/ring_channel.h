@@ -70,6 +70,11 @@ class RingChannel {
   // true if nothing is left to give back. pending says there is something.
   static constexpr size_t kReleaseMinBytes = 64 * 1024;
   bool release_pending() const { return elastic_ && tx_dirty_ > kReleaseMinBytes; }
+  // The link has registered memory to maintain (Link::maintain), and whether
+  // it has something to do now: the connection is in the idle registry
+  // while it does.
+  bool maintained() const { return maintained_; }
+  bool maintenance_wanted() const { return maintained_ && link_.maintenance_wanted(); }
   bool release_tx();
   // The consumer, once the producer is gone for good: our whole rx ring.
   void release_rx();
@@ -90,6 +95,7 @@ class RingChannel {
   uint64_t tx_lap_;          // its length
   uint64_t tx_dirty_ = 0;    // bytes from the ring's start we may have written since the last release
   const bool elastic_;
+  const bool maintained_;
   const uint64_t first_lap_;
 
   void publish_map();

@@ -205,6 +205,12 @@ int Device::gid_index_for(const sockaddr* local) const {
   return any_v2 >= 0 ? any_v2 : 0;
 }
 
+void Device::deregister(const Buffer& b) {
+  ibv()->dereg_mr(b.mr);
+  munmap(b.data, b.size);
+  g_registered.fetch_sub(b.size, std::memory_order_relaxed);
+}
+
 bool Device::take(size_t size, bool remote, Buffer* out) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
@@ -248,11 +254,13 @@ void Device::give_back(const Buffer& b) {
     pool_.give_back(b, &drop);
     g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
   }
-  for (const Buffer& d : drop) {
-    ibv()->dereg_mr(d.mr);
-    munmap(d.data, d.size);
-    g_registered.fetch_sub(d.size, std::memory_order_relaxed);
-  }
+  for (const Buffer& d : drop) deregister(d);
+  report_memory();
+}
+
+void Device::drop(const Buffer& b) {
+  if (!b.mr) return;
+  deregister(b);
   report_memory();
 }
 

@@ -59,11 +59,14 @@ class Device {
   // registration: a ring costs its whole size while it exists.
   bool take(size_t size, bool remote, Buffer* out);
   void give_back(const Buffer& b);
+  // Deregisters b now, past the pool (a region an idle connection shrank from).
+  void drop(const Buffer& b);
 
  private:
   Device();
   static Device* open_first(int* err);  // the first active port (or RDMASHIM_DEVICE)
   std::string gid_type(int index) const;
+  static void deregister(const Buffer& b);
 
   std::string name_;
   ibv_context* ctx_ = nullptr;

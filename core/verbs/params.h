@@ -26,7 +26,11 @@ namespace rdmashim::verbs {
 //                    Ack: the size both directions use (<= the offer)
 // 40  lid        u16
 // 42  mtu        u8  (enum ibv_mtu: 1..5)
-// 43  reserved   u8[5] (on the wire: 0; reserved[0] holds our own GID index locally)
+// 43  reserved   u8[5] reserved[0]: our own GID index (only we use it);
+//                    reserved[1]: kParamsElastic (addr and rkey are the first
+//                    region, min(kStartRegion, ring) bytes, of an elastic
+//                    ring, verbs/regions.h; a peer without it is refused);
+//                    the rest 0
 struct Params {
   uint32_t qpn;
   uint32_t psn;
@@ -38,6 +42,8 @@ struct Params {
   uint8_t mtu;
   uint8_t reserved[5];
 };
+inline constexpr uint8_t kParamsElastic = 1;
+
 static_assert(sizeof(Params) == 48 && offsetof(Params, addr) == 24 && offsetof(Params, ring_size) == 36 &&
               offsetof(Params, lid) == 40);
 

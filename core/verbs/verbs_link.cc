@@ -22,7 +22,7 @@ void VerbsLink::heartbeat_if_idle() {
   }
   if (posts == posts_at_beat_ && !error()) {
     // Our consumed position again: a valid credit the peer already has, or newer.
-    post_write_with_imm(nullptr, 0, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit));
+    post_write_with_imm(kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit));
     std::lock_guard<std::mutex> lock(sq_mu_);
     posts = posts_;
   }
@@ -35,16 +35,38 @@ uint64_t VerbsLink::widen(uint64_t old, uint32_t low31) {
 }
 
 void VerbsLink::repost_receives(int n) {
-  // Zero-length receives: WRITE WITH IMM consumes one and places no bytes.
+  // One control slot per receive, in posting order: an RC receive queue
+  // completes in that order, so a slot is reposted only once read. A WRITE
+  // WITH IMM consumes one too and places nothing there.
+  auto* slots = static_cast<char*>(ctl_.data);
   for (int i = 0; i < n; ++i) {
+    uint32_t slot = recv_slot_++ % kRecvDepth;
+    ibv_sge sge{reinterpret_cast<uintptr_t>(slots + slot * sizeof(Ctl)), sizeof(Ctl), ctl_.mr->lkey};
     ibv_recv_wr wr{}, *bad = nullptr;
-    wr.wr_id = 0;
-    wr.num_sge = 0;
+    wr.wr_id = slot;
+    wr.sg_list = &sge;
+    wr.num_sge = 1;
     if (ibv_post_recv(qp_, &wr, &bad) != 0) {
       error_.store(-EIO, std::memory_order_relaxed);
       return;
     }
   }
+}
+
+void VerbsLink::on_control(const Ctl& c) {
+  bool ok = true;
+  if (c.kind == kCtlOffer) {
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    ok = tx_rgn_.offer(c);
+    if (ok) tx_offer_.store(true, std::memory_order_release);
+  } else if (c.kind == kCtlSwitch) {
+    ok = rx_rgn_.on_switch(c, peer_tail_.load(std::memory_order_relaxed));
+  } else if (c.kind == kCtlPressure) {
+    rx_rgn_.on_pressure(c);  // a stale one is no error
+  } else {
+    ok = false;
+  }
+  if (!ok) error_.store(-EPROTO, std::memory_order_relaxed);
 }
 
 void VerbsLink::poll_completions() {
@@ -71,13 +93,24 @@ void VerbsLink::poll_completions() {
         }
         ++recv_consumed_;
         peer_seen_.store(true, std::memory_order_release);
-      } else if (wc[i].opcode == IBV_WC_RDMA_WRITE) {
+      } else if (wc[i].opcode == IBV_WC_RECV) {
+        // A control message (in QP order with the tails around it).
+        Ctl c{};
+        if (wc[i].byte_len != sizeof c || wc[i].wr_id >= kRecvDepth) {
+          error_.store(-EPROTO, std::memory_order_relaxed);
+        } else {
+          memcpy(&c, static_cast<const char*>(ctl_.data) + wc[i].wr_id * sizeof c, sizeof c);
+          on_control(c);
+        }
+        ++recv_consumed_;
+        peer_seen_.store(true, std::memory_order_release);
+      } else if (wc[i].opcode == IBV_WC_RDMA_WRITE || wc[i].opcode == IBV_WC_SEND) {
         std::lock_guard<std::mutex> lock(sq_mu_);
         outstanding_ -= static_cast<int>(wc[i].wr_id & 0xffff);  // a signaled WR retires the batch it closed
         // ... and every data WRITE posted before it: staging up to there is free.
         uint64_t old = done_.load(std::memory_order_relaxed);
         uint64_t now = old + (((wc[i].wr_id >> 16) - old) & kPosMask);
-        if (now - old <= stage_) done_.store(now, std::memory_order_release);
+        if (now - old <= ring_size_) done_.store(now, std::memory_order_release);
       }
     }
   }
@@ -93,9 +126,10 @@ void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
   // the provider later. The ring never puts more than put_room() said was
   // free, so nothing staged and not yet written is overwritten.
   const char* from = static_cast<const char*>(src);
+  const size_t stage = stage_.load(std::memory_order_relaxed);
   while (len > 0) {
-    uint64_t at = offset & (stage_ - 1);
-    size_t chunk = len < stage_ - at ? len : static_cast<size_t>(stage_ - at);
+    uint64_t at = offset & (stage - 1);
+    size_t chunk = len < stage - at ? len : static_cast<size_t>(stage - at);
     memcpy(static_cast<char*>(tx_.data) + at, from, chunk);
     offset += chunk;
     from += chunk;
@@ -106,8 +140,9 @@ void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
 size_t VerbsLink::put_room() {
   // Asked before a write: everything put so far is published.
   uint64_t end = own_tail_.load(std::memory_order_relaxed);
+  const size_t stage = stage_.load(std::memory_order_acquire);
   uint64_t used = end - done_.load(std::memory_order_acquire);
-  if (used > stage_ / 2) {
+  if (used > stage / 2) {
     // Low: reap completions, and make sure one is coming that frees what
     // is staged (the writer then sleeps on the CQ like for credit).
     if (cq_mu_.try_lock()) {
@@ -115,26 +150,30 @@ size_t VerbsLink::put_room() {
       cq_mu_.unlock();
     }
     used = end - done_.load(std::memory_order_acquire);
-    if (used > stage_ / 2 && signaled_end_.load(std::memory_order_relaxed) < end) {
-      post_writes(nullptr, 0, false, 0, true, 0);
+    if (used > stage / 2 && signaled_end_.load(std::memory_order_relaxed) < end) {
+      post_writes(0, 0, false, 0, true);
     }
   }
-  return used >= stage_ ? 0 : static_cast<size_t>(stage_ - used);
+  uint64_t room = used >= stage ? 0 : stage - used;
+  if (RDMASHIM_UNLIKELY(tx_offer_.load(std::memory_order_acquire))) {
+    // A bigger region is adopted at once: what a writer was told fits the
+    // old one fits it too (a smaller one waits for maintain(), tx owned).
+    std::unique_lock<std::mutex> lock(sq_mu_);
+    if (tx_rgn_.offer_pending() && tx_rgn_.offered_size() >= tx_rgn_.size()) adopt_locked(lock);
+  }
+  uint64_t region = tx_rgn_.room(peer_head_.load(std::memory_order_acquire), end);
+  if (RDMASHIM_UNLIKELY(region == 0) && !tx_pressured_.load(std::memory_order_relaxed)) {
+    tx_pressured_.store(true, std::memory_order_relaxed);  // once per region: adopt_locked() clears it
+    Ctl c{};
+    std::unique_lock<std::mutex> lock(sq_mu_);
+    if (reserve_sq(lock, 1) == 0 && tx_rgn_.take_pressure(&c)) post_ctl_locked(c);
+  } else if (room == 0 && stage < ring_size_ && stage < kStageBytes) {
+    stage_short_.store(true, std::memory_order_relaxed);  // publish_tail grows it
+  }
+  return static_cast<size_t>(room < region ? room : region);
 }
 
-int VerbsLink::post_range(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal) {
-  // At most two pieces: the ring wraps where the staging does (stage_ divides it).
-  const char* base = static_cast<const char*>(tx_.data);
-  uint64_t off = from & (ring_size_ - 1), soff = from & (stage_ - 1);
-  uint64_t len = to - from;
-  uint64_t first = stage_ - soff < len ? stage_ - soff : len;
-  Piece pieces[2] = {{off, base + soff, static_cast<uint32_t>(first)},
-                     {(off + first) & (ring_size_ - 1), base, static_cast<uint32_t>(len - first)}};
-  return post_writes(pieces, len > first ? 2 : 1, imm_last, imm, signal, to);
-}
-
-int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t imm, bool signal, uint64_t data_end) {
-  std::unique_lock<std::mutex> lock(sq_mu_);
+int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n) {
   // Keep room in the send queue: reap completions when it runs low.
   while (outstanding_ + n + 1 > kSendDepth - 4) {
     lock.unlock();
@@ -142,50 +181,73 @@ int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t i
       std::lock_guard<std::mutex> cq(cq_mu_);
       poll_completions();
     }
+    lock.lock();
     if (error()) return error();
     cpu_relax();
-    lock.lock();
   }
-  // Where each WR's data ends: a signaled WR in the middle of the chain
-  // vouches only for the pieces up to itself.
-  uint64_t end = data_posted_end_;
-  if (data_end) {
-    end = data_end;
-    for (int i = 0; i < n; ++i) end -= pieces[i].len;
-  }
+  return 0;
+}
+
+int VerbsLink::post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal) {
+  std::unique_lock<std::mutex> lock(sq_mu_);
+  if (int e = reserve_sq(lock, 3)) return e;
+  // At most two pieces: the range fits both the staging's free bytes and the
+  // region's room, and the larger of the two wraps where the smaller does.
   ibv_send_wr wrs[3]{};
   ibv_sge sges[3]{};
-  int count = n > 0 ? n : 1;
+  uint64_t ends[3]{};
+  int count = 0;
+  const size_t stage = stage_.load(std::memory_order_relaxed);
+  const char* base = static_cast<const char*>(tx_.data);
+  for (uint64_t pos = from; pos < to && count < 3; ++count) {
+    uint64_t soff = pos & (stage - 1);
+    uint64_t len = to - pos;
+    if (len > stage - soff) len = stage - soff;
+    if (len > tx_rgn_.contiguous(pos)) len = tx_rgn_.contiguous(pos);
+    sges[count] = ibv_sge{reinterpret_cast<uintptr_t>(base + soff), static_cast<uint32_t>(len), tx_.mr->lkey};
+    ibv_send_wr& wr = wrs[count];
+    wr.sg_list = &sges[count];
+    wr.num_sge = 1;
+    wr.wr.rdma.remote_addr = tx_rgn_.addr_of(pos);
+    if (len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+    pos += len;
+    ends[count] = pos;
+  }
+  if (count == 0) {
+    wrs[0].num_sge = 0;  // a bare notification (credit, tail) or completion marker
+    wrs[0].wr.rdma.remote_addr = tx_rgn_.base_addr();
+    ends[0] = data_posted_end_;
+    count = 1;
+  } else if (ends[count - 1] != to) {
+    error_.store(-EPROTO, std::memory_order_relaxed);  // cannot happen: the ring checked the room
+    return -EPROTO;
+  }
   for (int i = 0; i < count; ++i) {
     ibv_send_wr& wr = wrs[i];
-    if (n > 0) {
-      sges[i].addr = reinterpret_cast<uintptr_t>(pieces[i].src);
-      sges[i].length = pieces[i].len;
-      sges[i].lkey = tx_.mr->lkey;
-      wr.sg_list = &sges[i];
-      wr.num_sge = 1;
-      wr.wr.rdma.remote_addr = peer_.addr + pieces[i].offset;
-      if (data_end) end += pieces[i].len;
-      if (pieces[i].len <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
-    } else {
-      wr.num_sge = 0;  // a bare notification (credit, tail) or completion marker
-      wr.wr.rdma.remote_addr = peer_.addr;
-    }
-    wr.wr.rdma.rkey = peer_.rkey;
+    wr.wr.rdma.rkey = tx_rgn_.rkey();
     bool last = i == count - 1;
     wr.opcode = last && imm_last ? IBV_WR_RDMA_WRITE_WITH_IMM : IBV_WR_RDMA_WRITE;
     if (last && imm_last) wr.imm_data = htonl(imm);
+    if (last && signal) wr.send_flags |= IBV_SEND_SIGNALED;
     wr.next = i + 1 < count ? &wrs[i + 1] : nullptr;
+  }
+  return post_locked(wrs, ends, count);
+}
+
+int VerbsLink::post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count) {
+  for (int i = 0; i < count; ++i) {
+    ibv_send_wr& wr = wrs[i];
     ++outstanding_;
-    if (++unsignaled_ >= kSignalEvery || (last && signal)) {
+    if (++unsignaled_ >= kSignalEvery || (wr.send_flags & IBV_SEND_SIGNALED)) {
+      // A signaled WR in the middle of a chain vouches only for the data up to itself.
       wr.send_flags |= IBV_SEND_SIGNALED;
-      uint64_t vouched = end > data_posted_end_ ? end : data_posted_end_;
+      uint64_t vouched = ends[i] > data_posted_end_ ? ends[i] : data_posted_end_;
       wr.wr_id = (vouched & kPosMask) << 16 | static_cast<uint64_t>(unsignaled_);
       if (vouched > signaled_end_.load(std::memory_order_relaxed)) signaled_end_.store(vouched, std::memory_order_relaxed);
       unsignaled_ = 0;
     }
   }
-  if (data_end > data_posted_end_) data_posted_end_ = data_end;
+  if (ends[count - 1] > data_posted_end_) data_posted_end_ = ends[count - 1];
   ++posts_;
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(qp_, wrs, &bad) != 0) {
@@ -193,6 +255,27 @@ int VerbsLink::post_writes(const Piece* pieces, int n, bool imm_last, uint32_t i
     return -EIO;
   }
   return 0;
+}
+
+int VerbsLink::post_ctl_locked(const Ctl& c) {
+  // From a send slot: one is reused only after kSendSlots further control
+  // messages, when at most kSendDepth WRs can be outstanding (reserve_sq).
+  char* slot = static_cast<char*>(ctl_.data) + (kRecvDepth + send_slot_++ % kSendSlots) * sizeof(Ctl);
+  memcpy(slot, &c, sizeof c);
+  ibv_sge sge{reinterpret_cast<uintptr_t>(slot), sizeof c, ctl_.mr->lkey};
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_SEND;
+  wr.sg_list = &sge;
+  wr.num_sge = 1;
+  if (sizeof c <= max_inline_) wr.send_flags |= IBV_SEND_INLINE;
+  uint64_t end = data_posted_end_;
+  return post_locked(&wr, &end, 1);
+}
+
+int VerbsLink::post_ctl(const Ctl& c) {
+  std::unique_lock<std::mutex> lock(sq_mu_);
+  if (int e = reserve_sq(lock, 1)) return e;
+  return post_ctl_locked(c);
 }
 
 int VerbsLink::flush(int timeout_ms) {
@@ -205,8 +288,8 @@ int VerbsLink::flush(int timeout_ms) {
     ibv_send_wr wr{}, *bad = nullptr;
     wr.opcode = IBV_WR_RDMA_WRITE;
     wr.num_sge = 0;
-    wr.wr.rdma.remote_addr = peer_.addr;
-    wr.wr.rdma.rkey = peer_.rkey;
+    wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
+    wr.wr.rdma.rkey = tx_rgn_.rkey();
     wr.send_flags = IBV_SEND_SIGNALED;
     wr.wr_id = (data_posted_end_ & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
     unsignaled_ = 0;
@@ -237,7 +320,9 @@ void VerbsLink::publish_tail(uint64_t tail) {
   // one WRITE, or two where it wraps; the last carries the tail.
   uint64_t old = own_tail_.load(std::memory_order_relaxed);
   own_tail_.store(tail, std::memory_order_relaxed);
-  post_range(old, tail, true, static_cast<uint32_t>(tail) & ~kCreditBit, false);
+  post_writes(old, tail, true, static_cast<uint32_t>(tail) & ~kCreditBit, false);
+  // Everything put is posted: the staging may change under the writer.
+  if (RDMASHIM_UNLIKELY(stage_short_.load(std::memory_order_relaxed) || old_tx_.mr)) maintain_staging(now_ns(), true);
 }
 
 uint64_t VerbsLink::peer_tail() {
@@ -258,16 +343,23 @@ uint64_t VerbsLink::peer_head() {
 
 void VerbsLink::publish_head(uint64_t head) {
   own_head_.store(head, std::memory_order_relaxed);
-  // Batched: a quarter ring, or everything the producer could have sent
+  // Batched: a quarter region, or everything the producer could have sent
   // when it may be waiting for room (all it wrote is consumed).
+  const size_t region = rx_rgn_.size();
   bool drained = head == peer_tail_.load(std::memory_order_relaxed);
-  if (head - credited_ >= ring_size_ / 4 || (drained && head - credited_ >= ring_size_ / 16)) {
+  if (head - credited_ >= region / 4 || (drained && head - credited_ >= region / 16)) {
     credited_ = head;
-    post_write_with_imm(nullptr, 0, kCreditBit | (static_cast<uint32_t>(head) & ~kCreditBit));
+    post_write_with_imm(kCreditBit | (static_cast<uint32_t>(head) & ~kCreditBit));
+  }
+  if (RDMASHIM_UNLIKELY(rx_rgn_.switched())) retire_rx();
+  if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) {
+    // The producer found our region full: a bigger one (rarely: x4 each time).
+    std::lock_guard<std::mutex> lock(offer_mu_);
+    if (rx_rgn_.can_offer() && rx_rgn_.pressure()) offer_region(rx_rgn_.grown_size());
   }
 }
 
-void VerbsLink::announce() { post_write_with_imm(nullptr, 0, kCreditBit); }
+void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
 
 bool VerbsLink::peer_seen() const {
   auto* self = const_cast<VerbsLink*>(this);

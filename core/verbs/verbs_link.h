@@ -19,6 +19,13 @@
 //            since the last credit, never one per message.
 //   waiting: the CQ's completion channel is the doorbell; prepare_sleep()
 //            arms it, the caller re-checks, then sleeps on its fd.
+//   memory:  the receive ring is a chain of registered regions
+//            (verbs/regions.h): kStartRegion at first, grown when the
+//            producer reports pressure, shrunk when drained and idle; the
+//            Pressure/Offer/Switch messages are SENDs into receive slots of
+//            a small registered control buffer. The staging buffer likewise
+//            starts at kStartRegion, grows while a writer waits on it and
+//            shrinks when idle (maintain()).
 // Immediate data carries positions modulo 2^31, widened again on receipt
 // (a ring is at most kMaxRingSize, so no update can be 2^30 ahead: asserted
 // below, with the Params frame's u32 ring size).
@@ -35,6 +42,7 @@
 #include "ring/ring_limits.h"
 #include "verbs/device.h"
 #include "verbs/params.h"
+#include "verbs/regions.h"
 #include "wire/wire.h"
 
 namespace rdmashim::verbs {
@@ -49,8 +57,9 @@ struct Leftovers;  // verbs_link_setup.cc
 
 class VerbsLink final : public Link {
  public:
-  // Creates the QP (in INIT) and registers both rings at `ring_size` (what
-  // local_params() offers), and posts the receives. Under the watchdog
+  // Creates the QP (in INIT), registers the first region of the rx ring and
+  // of the staging (kStartRegion at most; local_params() offers ring_size as
+  // the ring) and posts the receives. Under the watchdog
   // (util/watchdog.h): a provider that does not answer within the setup
   // timeout gives -ETIMEDOUT, and this process stops using verbs.
   static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
@@ -74,7 +83,11 @@ class VerbsLink final : public Link {
   void put(uint64_t offset, const void* src, size_t len) override;
   void publish_tail(uint64_t tail) override;
   uint64_t peer_head() override;
-  const unsigned char* rx_data() const override { return static_cast<const unsigned char*>(rx_.data); }
+  const unsigned char* rx_data() const override {
+    size_t n;
+    return rx_rgn_.at(own_head(), &n);
+  }
+  const unsigned char* rx_span(uint64_t pos, size_t* contiguous) const override { return rx_rgn_.at(pos, contiguous); }
   uint64_t peer_tail() override;
   void publish_head(uint64_t head) override;
   uint64_t own_tail() const override { return own_tail_.load(std::memory_order_relaxed); }
@@ -86,6 +99,16 @@ class VerbsLink final : public Link {
   int flush(int timeout_ms) override;
   uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
   size_t put_room() override;
+  bool maintained() const override { return true; }
+  bool maintenance_wanted() const override {
+    const size_t small = ring_size_ < kStartRegion ? ring_size_ : kStartRegion;
+    return tx_offer_.load(std::memory_order_relaxed) || rx_rgn_.pressure() || rx_rgn_.switched() ||
+           rx_rgn_.size_hint() > small || stage_.load(std::memory_order_relaxed) > small ||
+           stage_short_.load(std::memory_order_relaxed);
+  }
+  uint64_t maintain(uint64_t now, bool tx_owned, bool rx_owned) override;
+  // What is registered for this link's rings now (rx regions and staging).
+  size_t rx_region_size() const { return rx_rgn_.size(); }
 
   static constexpr size_t kStageBytes = size_t{1} << 20;  // the most a send side registers for staging
 
@@ -95,24 +118,39 @@ class VerbsLink final : public Link {
   static constexpr int kSignalEvery = 64;
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
+  static constexpr int kSendSlots = kSendDepth;  // a slot is reused only after its WR completed
+  static constexpr uint64_t kIdleNs = 1'000'000'000;  // drained this long: shrink
   struct Piece {
-    uint64_t offset;
+    uint64_t raddr;
     const void* src;
     uint32_t len;
   };
 
   explicit VerbsLink(Device& dev) : dev_(dev) {}
   void poll_completions();  // caller holds cq_mu_
-  // Posts pieces as RDMA WRITEs, the last WITH IMM if imm_last, signaled
-  // if signal (else every kSignalEvery-th). data_end: the stream position
-  // these pieces end at (0 for a credit): a signaled WR's wr_id carries the
-  // data posted so far, so its completion tells how far staging is free.
-  int post_writes(const Piece* pieces, int n, bool imm_last, uint32_t imm, bool signal, uint64_t data_end);
-  int post_write_with_imm(const Piece* pieces, int n, uint32_t imm) {
-    return post_writes(pieces, n, true, imm, false, 0);
-  }
-  // Producer: posts staged positions [from, to) (0 < to - from <= stage_).
-  int post_range(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal);
+  void on_control(const Ctl& c);  // a SEND from the peer; cq_mu_ held
+  // Waits (polling) until the send queue has room for n more WRs; returns
+  // with sq_mu_ held by `lock`, or the link's error.
+  int reserve_sq(std::unique_lock<std::mutex>& lock, int n);
+  // Posts staged positions [from, to) as RDMA WRITEs into the peer's current
+  // region (from == to: one bare WRITE), the last WITH IMM if imm_last,
+  // signaled if signal (else every kSignalEvery-th). A signaled WR's wr_id
+  // carries the data posted so far, so its completion tells how far staging
+  // is free.
+  int post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal);
+  int post_write_with_imm(uint32_t imm) { return post_writes(0, 0, true, imm, false); }
+  int post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count);  // sq_mu_ held, room reserved
+  int post_ctl_locked(const Ctl& c);              // sq_mu_ held, room reserved
+  int post_ctl(const Ctl& c);
+  // Producer, sq_mu_ held: switches to the offered region at the end of
+  // what was posted.
+  void adopt_locked(std::unique_lock<std::mutex>& lock);
+  // Consumer, offer_mu_ held: registers a region of `size` and offers it.
+  void offer_region(size_t size);
+  void retire_rx();  // reader: gives back the region the stream left
+  // Tx owned, everything put posted: grows a staging writers found full
+  // (grow_only: only that), shrinks an idle one, gives back the previous one.
+  uint64_t maintain_staging(uint64_t now, bool grow_only);
 
   void repost_receives(int n);
   static uint64_t widen(uint64_t old, uint32_t low31);
@@ -123,8 +161,22 @@ class VerbsLink final : public Link {
 
   Device& dev_;
   size_t ring_size_ = 0;
-  Buffer rx_{}, tx_{};  // our rx ring; the staging buffer of our writes
-  size_t stage_ = 0;    // staging bytes used: a power of two dividing the ring
+  RxRegions rx_rgn_;    // our rx ring's regions
+  TxRegions tx_rgn_;    // the peer's, under sq_mu_ (room(): any thread)
+  Buffer first_rx_{};   // the first region until connect() hands it to rx_rgn_
+  Buffer tx_{};         // the staging buffer of our writes
+  Buffer old_tx_{};     // the previous one, until the writes from it completed
+  uint64_t old_tx_until_ = 0;
+  Buffer ctl_{};        // receive slots, then send slots, of control messages
+  uint32_t recv_slot_ = 0, send_slot_ = 0;
+  std::atomic<size_t> stage_{0};  // staging bytes used: a power of two dividing the ring
+  std::atomic<bool> tx_offer_{false};      // an offer waits for adoption
+  std::atomic<bool> stage_short_{false};   // a writer found the staging full
+  std::atomic<bool> tx_pressured_{false};  // we reported pressure on the peer's current region
+  std::mutex offer_mu_;                    // the consumer's offers and retirement
+  uint64_t idle_tail_ = 0, idle_since_ = 0;    // offer_mu_: the last tail maintain() saw, since when
+  uint64_t idle_posted_ = 0, tx_idle_since_ = 0;  // tx owned: the same for our writes
+
   ibv_comp_channel* channel_ = nullptr;
   ibv_cq* cq_ = nullptr;
   ibv_qp* qp_ = nullptr;

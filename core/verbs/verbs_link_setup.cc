@@ -128,8 +128,12 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   if (!l) return *err = -ENOMEM, nullptr;
   l->ring_size_ = ring_size;
   *err = -ENOMEM;
-  size_t stage = std::min(ring_size, kStageBytes);
-  if (!dev.take(ring_size, true, &l->rx_) || !dev.take(stage, false, &l->tx_)) return nullptr;
+  // The rings start small and grow under pressure (verbs/regions.h).
+  size_t first = std::min(ring_size, kStartRegion);
+  if (!dev.take(first, true, &l->first_rx_) || !dev.take(first, false, &l->tx_) ||
+      !dev.take((kRecvDepth + kSendSlots) * sizeof(Ctl), false, &l->ctl_)) {
+    return nullptr;
+  }
   *err = -EIO;
   l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : api->create_comp_channel(dev.context());
   if (!l->channel_) return nullptr;
@@ -175,8 +179,9 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   l->local_.qpn = l->qp_->qp_num;
   l->local_.psn = psn & 0xffffff;
   memcpy(l->local_.gid, gid.raw, sizeof l->local_.gid);
-  l->local_.addr = reinterpret_cast<uintptr_t>(l->rx_.data);
-  l->local_.rkey = l->rx_.mr->rkey;
+  l->local_.addr = reinterpret_cast<uintptr_t>(l->first_rx_.data);
+  l->local_.rkey = l->first_rx_.mr->rkey;
+  l->local_.reserved[1] = kParamsElastic;
   l->local_.ring_size = static_cast<uint32_t>(ring_size);
   l->local_.lid = dev.lid();
   l->local_.mtu = static_cast<uint8_t>(dev.mtu());
@@ -198,20 +203,31 @@ VerbsLink::~VerbsLink() {
     api->destroy_cq(cq_);
   }
   if (channel_) api->destroy_comp_channel(channel_);
-  dev_.give_back(rx_);
+  Buffer offered;
+  if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);
+  dev_.give_back(connected_ ? rx_rgn_.current() : first_rx_);
   dev_.give_back(tx_);
+  dev_.drop(old_tx_);
+  dev_.give_back(ctl_);
 }
 
 int VerbsLink::connect(const Params& peer, size_t ring) {
   const IbvApi* api = ibv();
   // Untrusted until here: a ring that fits our registration (so neither
   // side ever addresses past what the other registered), fields in range.
-  if (connected_ || !params_plausible(peer) || !ring_size_acceptable(ring, peer.ring_size) || ring > rx_.size) {
+  // A peer without elastic regions would write past our first region.
+  if (connected_ || !params_plausible(peer) || !ring_size_acceptable(ring, peer.ring_size) ||
+      ring > local_.ring_size || peer.reserved[1] != kParamsElastic) {
     return -EPROTO;
   }
   ring_size_ = ring;
+  // Both sides' first regions: the first min(kStartRegion, ring) bytes of
+  // what each registered (a client may have registered more).
+  size_t first = std::min(ring, kStartRegion);
+  rx_rgn_.init(first_rx_, first, ring);
+  tx_rgn_.init(peer.addr, peer.rkey, first, ring);
   // Both powers of two: a wrap of the ring is also one of the staging.
-  stage_ = std::min(ring, tx_.size);
+  stage_.store(std::min(ring, tx_.size), std::memory_order_relaxed);
   peer_ = peer;
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;

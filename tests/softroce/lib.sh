@@ -30,8 +30,7 @@ softroce_stage() {
 	done
 	# `rdmashim run` looks for the library in ../lib next to itself.
 	install -m 644 "$build/lib/librdmashim.so" "$STAGE/lib/librdmashim.so"
-	install -m 755 "$SOFTROCE_DIR"/guest/*.sh "$STAGE/guest/"
-	install -m 755 "$SOFTROCE_DIR"/guest/*.py "$STAGE/guest/"
+	install -m 755 "$SOFTROCE_DIR"/guest/*.sh "$SOFTROCE_DIR"/guest/*.py "$STAGE/guest/"
 	install -m 755 "$SOFTROCE_DIR/../buffering/peers.py" "$STAGE/guest/peers.py"
 	chmod 755 "$STAGE"
 }

@@ -59,3 +59,39 @@ say "echo4m.greedy rc=$grc transport=$(transport_of echo4m.greedy.log) server_re
 kill "$epid" 2>/dev/null
 wait "$epid" 2>/dev/null
 say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline echo4m.server.log)"
+
+# Elastic registered memory (verbs/regions.h): a connection that moved
+# IDLE_BYTES (256 MiB) and then sits idle gives its registration back: the
+# receiver's grown ring shrinks to its 256 KiB first region, the sender's
+# staging likewise. Both processes' verbs_registered while idle; with
+# fixed rings each kept 17 MiB (16 MiB ring + 1 MiB staging) for good.
+registered_of() { # WORD -> the largest verbs_registered/verbs_pooled/count among processes whose command (comm) has WORD
+	"$BIN/rdmashim" stat --json 2>/dev/null | python3 -c '
+import json, sys
+d = [p for p in json.load(sys.stdin) if sys.argv[1] in p.get("command", "")]
+best = max(d, key=lambda p: p.get("verbs_registered", 0), default={})
+print("%d/%d/%d" % (best.get("verbs_registered", 0), best.get("verbs_pooled", 0), len(d)))' "$1"
+}
+rm -f idle.port idle.mark idle.mark.done
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/idle_peer.py" server "$PWD/idle.port" >idle.server.out 2>idle.server.log &
+ipid=$!
+for ((i = 0; i < 300; i++)); do [[ -s idle.port ]] && break; sleep 0.1; done
+t0=$(now)
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/idle_peer.py" client "$self" "$(cat idle.port 2>/dev/null)" \
+	"${IDLE_BYTES:-268435456}" "$PWD/idle.mark" 60 2>idle.client.log &
+cpid=$!
+busy=0
+for ((i = 0; i < 1200; i++)); do # the most either registered while moving
+	[[ -e idle.mark ]] && break
+	r=$(registered_of python)
+	((${r%%/*} > busy)) && busy=${r%%/*}
+	sleep 0.1
+done
+t1=$(now)
+sleep 3.5 # idle: more than a second drained and quiet
+idle=$(registered_of python)
+touch idle.mark.done # the client sends its last byte and both end
+wait "$cpid"
+crc=$?
+wait "$ipid"
+say "idle.verbs rc=$crc secs=$(elapsed "$t0" "$t1") busy_registered=$busy idle_registered=$idle client=$(transport_of idle.client.log) server=$(transport_of idle.server.log) json=$(cat idle.server.out 2>/dev/null)"
