@@ -50,28 +50,30 @@ struct Leftovers {
   ibv_comp_channel* channel = nullptr;
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  Buffer rx{}, tx{};
+  Buffer rx{}, tx{}, ctl{};
 
   void release() {
     Leftovers mine;
     {
       std::lock_guard<std::mutex> lock(mu);
       returned = true;
-      mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx;
+      mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
     }
     const IbvApi* api = ibv();
     if (mine.qp) api->destroy_qp(mine.qp);
     if (mine.cq) api->destroy_cq(mine.cq);
     if (mine.channel) api->destroy_comp_channel(mine.channel);
-    if (mine.dev) mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx);
+    if (mine.dev) mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
 
 void VerbsLink::hand_over_resources(Leftovers* to) {
   std::lock_guard<std::mutex> lock(to->mu);
   if (to->returned) return;
-  to->dev = &dev_, to->channel = channel_, to->cq = cq_, to->qp = qp_, to->rx = rx_, to->tx = tx_;
-  channel_ = nullptr, cq_ = nullptr, qp_ = nullptr, rx_ = Buffer{}, tx_ = Buffer{};
+  // Only before connected_: the rx ring is still first_rx_ (no region offered yet).
+  to->dev = &dev_, to->channel = channel_, to->cq = cq_, to->qp = qp_;
+  to->rx = first_rx_, to->tx = tx_, to->ctl = ctl_;
+  channel_ = nullptr, cq_ = nullptr, qp_ = nullptr, first_rx_ = Buffer{}, tx_ = Buffer{}, ctl_ = Buffer{};
 }
 
 void* heartbeat_loop(void*) {
