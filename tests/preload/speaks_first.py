@@ -3,8 +3,8 @@
 SMTP, FTP, POP/IMAP, MySQL or an rsync daemon. Plain sockets: the same script
 runs with or without rdmashim.
 
-  speaks_first.py server --port-file F --count N
-  speaks_first.py client --port P --count N [--mixed]
+  speaks_first.py server --port-file F --count N [--bind ADDR] [--port P] [--extra 1]
+  speaks_first.py client --port P --count N [--mixed] [--host ADDR] [--connect-wait S]
 
 The server greets each connection, then answers one request line with a line
 that names the request and its SHA-256. The client checks the greeting and
@@ -32,18 +32,19 @@ def answer(req):
 def server(a):
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-    ls.bind(("127.0.0.1", 0))
+    ls.bind((a.bind, a.port or 0))
     ls.listen(128)
-    with open(a.port_file + ".tmp", "w") as f:
-        f.write(str(ls.getsockname()[1]))
-    import os
-    os.rename(a.port_file + ".tmp", a.port_file)
+    if a.port_file:
+        with open(a.port_file + ".tmp", "w") as f:
+            f.write(str(ls.getsockname()[1]))
+        import os
+        os.rename(a.port_file + ".tmp", a.port_file)
     bad = 0
-    for i in range(a.count):
+    for i in range(-a.extra, a.count):
         c, _ = ls.accept()
         c.sendall(GREETING)
         req = read_line(c)
-        if req != b"REQ %d %s\n" % (i, b"x" * (i % 50)):
+        if i >= 0 and req != b"REQ %d %s\n" % (i, b"x" * (i % 50)):
             bad += 1
         c.sendall(answer(req))
         c.close()
@@ -51,8 +52,31 @@ def server(a):
     return 1 if bad else 0
 
 
+def wait_for_server(a):
+    """Until the server listens (another host's, started at about the same time)."""
+    deadline = time.monotonic() + a.connect_wait
+    while True:
+        s = socket.socket()
+        try:
+            s.connect((a.host, a.port))
+            return s
+        except (ConnectionRefusedError, OSError):
+            s.close()
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.2)
+
+
 def client(a):
     lat, bad = [], 0
+    if a.connect_wait:
+        # A connection of its own, not counted (the server's --extra 1).
+        s = wait_for_server(a)
+        if read_line(s) != GREETING:
+            bad += 1
+        s.sendall(b"REQ -1 \n")
+        read_line(s)
+        s.close()
     for i in range(a.count):
         s = socket.socket()
         s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -62,13 +86,13 @@ def client(a):
             # Hello leaves at its next call (here select()), well after the
             # server accepted and wanted to greet.
             s.setblocking(False)
-            s.connect_ex(("127.0.0.1", a.port))
+            s.connect_ex((a.host, a.port))
             time.sleep(0.003)
             select.select([s], [], [], 10)
             s.setblocking(True)
             first = s.recv(1)
         else:
-            s.connect(("127.0.0.1", a.port))
+            s.connect((a.host, a.port))
             first = s.recv(1)
             lat.append((time.perf_counter() - t0) * 1e6)
         got = first + read_line(s) if first != b"\n" else first
@@ -87,6 +111,10 @@ p = argparse.ArgumentParser()
 p.add_argument("mode", choices=["server", "client"])
 p.add_argument("--port-file")
 p.add_argument("--port", type=int)
+p.add_argument("--bind", default="127.0.0.1")
+p.add_argument("--extra", type=int, default=0, help="connections served before the counted ones, unchecked")
+p.add_argument("--host", default="127.0.0.1")
+p.add_argument("--connect-wait", type=float, default=0, help="first wait until the server listens (one extra connection)")
 p.add_argument("--count", type=int, default=100)
 p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
 a = p.parse_args()

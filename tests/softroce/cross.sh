@@ -15,7 +15,12 @@
 #   cmfaults (with --discovery) each RDMA-CM step of the client's discovery made
 #           to fail (RDMASHIM_TEST_FAULT): the client stays TCP, the server
 #           sees a plain client, bytes intact; without a fault: verbs
-# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill] [cmfaults]   (default: all but cmfaults)
+#   sfirst  a server that speaks first (speaks_first.py), SFIRST_COUNT (100)
+#           connections, both ends under rdmashim: every one -> verbs on both
+#           sides; a plain client of that server gets its greeting no later
+#           (median) than from the server without rdmashim, + SFIRST_BOUND_US
+#           (registered as softroce.server_first, with --discovery)
+# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill] [cmfaults] [sfirst]   (default: all but cmfaults, sfirst)
 #   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
 #                server by itself (RDMA-CM discovery). Registered as
 #                softroce.discovery, disabled until discovery lands.
@@ -28,7 +33,7 @@ peers=10.77.0.0/24 parts=() name=softroce.cross
 for a in "$@"; do
 	case $a in
 	--discovery) peers=none name=softroce.discovery ;;
-	matrix | large | kill | catkill | cmfaults) parts+=("$a") ;;
+	matrix | large | kill | catkill | cmfaults | sfirst) parts+=("$a") ;;
 	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]" >&2; exit 2 ;;
 	esac
 done
@@ -39,7 +44,10 @@ kill_bound=${KILL_BOUND:-10}
 
 softroce_skip_unless_vm
 softroce_stage
-envs="CROSS_PEERS=$peers MATRIX_BYTES=$matrix_bytes LARGE_BYTES=$large_bytes KILL_AFTER=${KILL_AFTER:-2}"
+sfirst_count=${SFIRST_COUNT:-100}
+sfirst_bound=${SFIRST_BOUND_US:-300}
+[[ " ${parts[*]} " == *" sfirst "* && $name == softroce.discovery ]] && name=softroce.server_first
+envs="CROSS_PEERS=$peers MATRIX_BYTES=$matrix_bytes LARGE_BYTES=$large_bytes KILL_AFTER=${KILL_AFTER:-2} SFIRST_COUNT=$sfirst_count"
 cmd="$envs bash $STAGE/guest/cross.sh ${parts[*]}"
 st=0
 out=$("$VM" run2 --timeout "${CROSS_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
@@ -100,6 +108,30 @@ if [[ " ${parts[*]} " == *" cmfaults "* ]]; then
 		check "cm fault $step" "$ok" "client ${ct:-nothing}, server ${sT:-nothing}, fault reached $(kv "$c" reached), rc $(kv "$c" rc)/$(kv "$s" rc)"
 		[[ $ok == 1 ]] || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
 	done
+fi
+
+# -- sfirst: every connection to a server that speaks first took verbs on both
+# ends (one more than counted: the client's first, waiting for the server);
+# a plain client of it was not kept waiting.
+if [[ " ${parts[*]} " == *" sfirst "* ]]; then
+	c=$(result "$out" sfirst.shim.client) s=$(result "$out" sfirst.shim.server)
+	all="verbs:$((sfirst_count + 1))"
+	check "server-first: $sfirst_count connections, bytes" "$(yes_if test "$(kv "$c" rc)" = 0 -a "$(kv "$s" rc)" = 0 \
+		-a "$(jf "$(kv "$c" json)" bad)" = 0 -a "$(jf "$(kv "$s" json)" bad_requests)" = 0)" \
+		"rc client=$(kv "$c" rc) server=$(kv "$s" rc), client $(kv "$c" json), server $(kv "$s" json)"
+	check "server-first: every connection -> verbs on both ends" \
+		"$(yes_if test "$(kv "$c" transports)" = "$all" -a "$(kv "$s" transports)" = "$all")" \
+		"client $(kv "$c" transports), server $(kv "$s" transports); want $all"
+	[[ $(kv "$c" rc) == 0 ]] || printf '      client: %s\n' "$(kv "$c" log)"
+	p=$(result "$out" sfirst.plain.client) b=$(result "$out" sfirst.bare.client)
+	pm=$(jf "$(kv "$p" json)" median_greeting_us) bm=$(jf "$(kv "$b" json)" median_greeting_us)
+	check "server-first: plain client, bytes and plain" "$(yes_if test "$(kv "$p" rc)" = 0 -a "$(kv "$b" rc)" = 0 \
+		-a "$(jf "$(kv "$p" json)" bad)" = 0 -a "$(kv "$(result "$out" sfirst.plain.server)" transports)" = \
+		"tcp:peer-plain:$((sfirst_count + 1))")" \
+		"rc $(kv "$p" rc)/$(kv "$b" rc), server $(kv "$(result "$out" sfirst.plain.server)" transports)"
+	check "server-first: plain client not kept waiting" \
+		"$(yes_if awk -v p="${pm:-999999}" -v b="${bm:-0}" -v d="$sfirst_bound" 'BEGIN { exit !(p <= b + d) }')" \
+		"median connect-to-greeting ${pm:-?} us against the server under rdmashim, ${bm:-?} us without (bound +$sfirst_bound us)"
 fi
 
 # -- large: the receiver verified the sender's XXH64; check it here as well.

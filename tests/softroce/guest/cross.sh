@@ -13,6 +13,7 @@
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
 #   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
 #           verbs: the survivor must exit 1 with its message
+#   sfirst  a server that speaks first, 100 connections (see part_sfirst)
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -107,6 +108,43 @@ part_cmfaults() {
 reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(oneline "m.cmf-$step.log") json=$(cat "m.cmf-$step.json")"
 		fi
 	done
+}
+
+# ------------------------------------------------------------------ sfirst ---
+# A server that speaks first (tests/preload/speaks_first.py: a greeting, then
+# request/response), SFIRST_COUNT connections (every other one from a
+# non-blocking client busy for 3 ms after connect(), so its Hello comes late):
+#   shim   both ends under rdmashim: every connection must log "-> verbs" on
+#          both sides, whoever spoke first
+#   plain  a plain client of the same server under rdmashim, and
+#   bare   the same plain client of the server without rdmashim: their median
+#          connect-to-greeting times, compared on the host (no added wait)
+# Each client first waits for its server with one uncounted connection.
+sfirst_steps=(shim plain bare)
+part_sfirst() {
+	local i step port pre count=${SFIRST_COUNT:-100} mixed
+	for i in "${!sfirst_steps[@]}"; do
+		step=${sfirst_steps[$i]} port=$((18841 + i)) pre=() mixed=()
+		if [[ $role == a ]]; then
+			[[ $step != bare ]] && pre=("${SHIM[@]}")
+			timeout 240 "${pre[@]}" python3 "$STAGE_DIR/guest/speaks_first.py" server --bind 0.0.0.0 --port "$port" \
+				--count "$count" --extra 1 >"s.$step.server.json" 2>"s.$step.server.log"
+			say "sfirst.$step.server rc=$? verbs=$(grep -c '(server) -> verbs' "s.$step.server.log") \
+transports=$(transports_in "s.$step.server.log") json=$(cat "s.$step.server.json")"
+		else
+			[[ $step == shim ]] && pre=("${peer_env[@]}" "${SHIM[@]}") mixed=(--mixed)
+			timeout 240 "${pre[@]}" python3 "$STAGE_DIR/guest/speaks_first.py" client --host "$server_ip" \
+				--port "$port" --count "$count" --connect-wait 90 "${mixed[@]}" >"s.$step.client.json" 2>"s.$step.client.log"
+			say "sfirst.$step.client rc=$? verbs=$(grep -c '(client) -> verbs' "s.$step.client.log") \
+transports=$(transports_in "s.$step.client.log") log=$(grep -v 'rdmashim\[' "s.$step.client.log" | oneline_in) \
+json=$(cat "s.$step.client.json")"
+		fi
+	done
+}
+# Each transport rdmashim logged, with its count: "verbs:100,tcp:server-spoke-first:2".
+transports_in() {
+	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" | sort | uniq -c |
+		awk '{ printf "%s%s:%s", NR > 1 ? "," : "", $2, $1 }'
 }
 
 # ------------------------------------------------------------------- large ---
@@ -250,6 +288,7 @@ for part in "${@:-matrix large kill catkill}"; do
 		kill) part_kill ;;
 		catkill) part_catkill ;;
 		cmfaults) part_cmfaults ;;
+		sfirst) part_sfirst ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done
