@@ -112,39 +112,50 @@ reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(onel
 
 # ------------------------------------------------------------------ sfirst ---
 # A server that speaks first (tests/preload/speaks_first.py: a greeting, then
-# request/response), SFIRST_COUNT connections (every other one from a
-# non-blocking client busy for 3 ms after connect(), so its Hello comes late):
-#   shim   both ends under rdmashim: every connection must log "-> verbs" on
-#          both sides, whoever spoke first
-#   plain  a plain client of the same server under rdmashim, and
-#   bare   the same plain client of the server without rdmashim: their median
-#          connect-to-greeting times, compared on the host (no added wait)
-# Each client first waits for its server with one uncounted connection.
-sfirst_steps=(shim plain bare)
+# request/response), SFIRST_COUNT connections per server:
+#   shim   both ends under rdmashim (every other connection from a
+#          non-blocking client busy for 3 ms after connect(), so its Hello
+#          comes late): every connection must log "-> verbs" on both sides
+#   plain  a plain client, its connections interleaved between the same
+#          server under rdmashim (port 18842) and without (port 18843): the
+#          median of the paired connect-to-greeting differences, judged on
+#          the host (no added wait)
+# Each client first waits for its server(s) with one uncounted connection.
 part_sfirst() {
-	local i step port pre count=${SFIRST_COUNT:-100} mixed
-	for i in "${!sfirst_steps[@]}"; do
-		step=${sfirst_steps[$i]} port=$((18841 + i)) pre=() mixed=()
-		if [[ $role == a ]]; then
-			[[ $step != bare ]] && pre=("${SHIM[@]}")
-			timeout 240 "${pre[@]}" python3 "$STAGE_DIR/guest/speaks_first.py" server --bind 0.0.0.0 --port "$port" \
-				--count "$count" --extra 1 >"s.$step.server.json" 2>"s.$step.server.log"
-			say "sfirst.$step.server rc=$? verbs=$(grep -c '(server) -> verbs' "s.$step.server.log") \
-transports=$(transports_in "s.$step.server.log") json=$(cat "s.$step.server.json")"
-		else
-			[[ $step == shim ]] && pre=("${peer_env[@]}" "${SHIM[@]}") mixed=(--mixed)
-			timeout 240 "${pre[@]}" python3 "$STAGE_DIR/guest/speaks_first.py" client --host "$server_ip" \
-				--port "$port" --count "$count" --connect-wait 90 "${mixed[@]}" >"s.$step.client.json" 2>"s.$step.client.log"
-			say "sfirst.$step.client rc=$? verbs=$(grep -c '(client) -> verbs' "s.$step.client.log") \
-transports=$(transports_in "s.$step.client.log") log=$(grep -v 'rdmashim\[' "s.$step.client.log" | oneline_in) \
-json=$(cat "s.$step.client.json")"
-		fi
+	local count=${SFIRST_COUNT:-100} py=$STAGE_DIR/guest/speaks_first.py
+	if [[ $role == a ]]; then
+		sfirst_server shim 18841 "${SHIM[@]}"
+		sfirst_server plain 18842 "${SHIM[@]}" &
+		sfirst_server bare 18843
+		wait
+	else
+		sfirst_client shim --port 18841 --mixed "${peer_env[@]}" "${SHIM[@]}"
+		sfirst_client plain --port 18842 --compare-port 18843
+	fi
+}
+sfirst_server() { # NAME PORT [LAUNCHER...]
+	local name=$1 port=$2
+	shift 2
+	timeout 240 "$@" python3 "$py" server --bind 0.0.0.0 --port "$port" --count "$count" --extra 1 \
+		>"s.$name.server.json" 2>"s.$name.server.log"
+	say "sfirst.$name.server rc=$? transports=$(transports_in "s.$name.server.log") \
+json=$(tr -d ' ' <"s.$name.server.json")"
+}
+sfirst_client() { # NAME OPTIONS... [LAUNCHER...] (options first, each with its value or alone)
+	local name=$1 opts=()
+	shift
+	while [[ $# -gt 0 && $1 == --* ]]; do
+		case $1 in --mixed) opts+=("$1"); shift ;; *) opts+=("$1" "$2"); shift 2 ;; esac
 	done
+	timeout 240 "$@" python3 "$py" client --host "$server_ip" --count "$count" --connect-wait 90 "${opts[@]}" \
+		>"s.$name.client.json" 2>"s.$name.client.log"
+	say "sfirst.$name.client rc=$? transports=$(transports_in "s.$name.client.log") \
+log=$(grep -v 'rdmashim\[' "s.$name.client.log" | oneline_in) json=$(tr -d ' ' <"s.$name.client.json")"
 }
 # Each transport rdmashim logged, with its count: "verbs:100,tcp:server-spoke-first:2".
 transports_in() {
 	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" | sort | uniq -c |
-		awk '{ printf "%s%s:%s", NR > 1 ? "," : "", $2, $1 }'
+		awk '{ printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1 }'
 }
 
 # ------------------------------------------------------------------- large ---
