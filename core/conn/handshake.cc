@@ -226,11 +226,13 @@ void Connection::await_hello_before_speaking() {
       errno = saved;
       if (!still) {
         (void)detect_hello(MSG_DONTWAIT, false);
+        if (rx_ == Rx::kDetectHello) RDMASHIM_DEBUG("fd %d: the announced client withdrew it: no Hello to wait for", fd());
         return;
       }
     }
     now = now_ns();
   }
+  if (rx_ == Rx::kDetectHello) RDMASHIM_DEBUG("fd %d: no Hello from the announced client within the setup timeout", fd());
 }
 
 // Both locks held. The client frames everything after its Hello.

@@ -2,8 +2,11 @@
 
 #include <netinet/in.h>
 #include <sched.h>
+#include <signal.h>
+#include <unistd.h>
 #include <sys/mman.h>
 
+#include <cerrno>
 #include <cstring>
 #include <new>
 
@@ -37,19 +40,29 @@ bool announce_key(const sockaddr* sa, socklen_t len, AnnounceKey* out) {
   return false;
 }
 
+// The word holds the holder's pid: a holder killed mid-scan is noticed and
+// its lock taken over; a live one (descheduled on a busy machine) is waited
+// for, up to kLockWaitNs, after which the caller does without.
 bool AnnouncementTable::lock() {
+  constexpr uint64_t kLockWaitNs = 50'000'000;
+  const uint32_t me = static_cast<uint32_t>(getpid());
   uint64_t give_up = 0;
   for (int spins = 0;; spins++) {
-    uint32_t free = 0;
-    if (lock_.compare_exchange_weak(free, 1, std::memory_order_acquire, std::memory_order_relaxed)) return true;
+    uint32_t holder = 0;
+    if (lock_.compare_exchange_weak(holder, me, std::memory_order_acquire, std::memory_order_relaxed)) return true;
     if (spins < 64) {
       cpu_relax();
       continue;
     }
+    if (holder != 0 && holder != me && kill(static_cast<pid_t>(holder), 0) != 0 && errno == ESRCH &&
+        lock_.compare_exchange_strong(holder, me, std::memory_order_acquire, std::memory_order_relaxed)) {
+      return true;  // its holder died inside a scan of a few slots: nothing half-written matters here
+    }
     uint64_t now = now_ns();
-    if (give_up == 0) give_up = now + 1'000'000;
+    if (give_up == 0) give_up = now + kLockWaitNs;
     if (now >= give_up) return false;
-    sched_yield();
+    if (spins < 256) sched_yield();
+    else usleep(100);
   }
 }
 

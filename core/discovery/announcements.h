@@ -14,11 +14,11 @@
 //
 // The table lives in a MAP_SHARED anonymous mapping made by the process that
 // answers probes, so the children it forks after accept() (rsync, sshd,
-// prefork servers) see and consume the same announcements. A spinlock word
-// guards it (the answering thread, the data path of every thread and of every
-// forked child); it is held only for a scan of kSlots, and a taker gives up
-// after about a millisecond (a holder killed mid-scan must not wedge anyone):
-// then nothing is recorded, or the connection is not waited for.
+// prefork servers) see and consume the same announcements. A lock word (the
+// holder's pid) guards it against the answering thread, the data path of
+// every thread and of every forked child; it is held only for a scan of
+// kSlots. A holder that died is taken over; a live one is waited for up to
+// 50 ms, after which nothing is recorded, or the connection is not waited for.
 #pragma once
 
 #include <sys/socket.h>

@@ -3,7 +3,7 @@
 SMTP, FTP, POP/IMAP, MySQL or an rsync daemon. Plain sockets: the same script
 runs with or without rdmashim.
 
-  speaks_first.py server --port-file F --count N [--bind ADDR] [--port P] [--extra 1]
+  speaks_first.py server --port-file F --count N [--bind ADDR] [--port P] [--extra 1] [--fork]
   speaks_first.py client --port P --count N [--mixed] [--host ADDR] [--connect-wait S]
                          [--compare-port Q]
 
@@ -11,7 +11,7 @@ The server greets each connection, then answers one request line with a line
 that names the request and its SHA-256. The client checks the greeting and
 every answer byte for byte, and prints one JSON line with the median time
 from connect() to the greeting's first byte (microseconds)."""
-import argparse, hashlib, json, select, socket, statistics, sys, time
+import argparse, hashlib, json, os, select, socket, statistics, sys, time
 
 GREETING = b"220 speaks-first ready\r\n"
 
@@ -38,17 +38,27 @@ def server(a):
     if a.port_file:
         with open(a.port_file + ".tmp", "w") as f:
             f.write(str(ls.getsockname()[1]))
-        import os
         os.rename(a.port_file + ".tmp", a.port_file)
     bad = 0
     for i in range(-a.extra, a.count):
         c, _ = ls.accept()
+        if a.fork:
+            # Like an rsync daemon: a child per connection greets and serves.
+            pid = os.fork()
+            if pid:
+                c.close()
+                _, st = os.waitpid(pid, 0)
+                bad += st != 0
+                continue
+            ls.close()
         c.sendall(GREETING)
         req = read_line(c)
-        if i >= 0 and req != b"REQ %d %s\n" % (i, b"x" * (i % 50)):
-            bad += 1
+        wrong = i >= 0 and req != b"REQ %d %s\n" % (i, b"x" * (i % 50))
         c.sendall(answer(req))
         c.close()
+        if a.fork:
+            os._exit(1 if wrong else 0)
+        bad += wrong
     print(json.dumps({"served": a.count, "bad_requests": bad}))
     return 1 if bad else 0
 
@@ -131,6 +141,7 @@ p.add_argument("mode", choices=["server", "client"])
 p.add_argument("--port-file")
 p.add_argument("--port", type=int)
 p.add_argument("--bind", default="127.0.0.1")
+p.add_argument("--fork", action="store_true", help="a child process per connection greets and serves it")
 p.add_argument("--extra", type=int, default=0, help="connections served before the counted ones, unchecked")
 p.add_argument("--host", default="127.0.0.1")
 p.add_argument("--compare-port", type=int, help="also connect to this server, interleaved, and compare the times")

@@ -116,6 +116,8 @@ reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(onel
 #   shim   both ends under rdmashim (every other connection from a
 #          non-blocking client busy for 3 ms after connect(), so its Hello
 #          comes late): every connection must log "-> verbs" on both sides
+#   fork   the same with a server that forks a child per connection, which
+#          greets (an rsync daemon): the parent answers the probes
 #   plain  a plain client, its connections interleaved between the same
 #          server under rdmashim (port 18842) and without (port 18843): the
 #          median of the paired connect-to-greeting differences, judged on
@@ -123,23 +125,34 @@ reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(onel
 # Each client first waits for its server(s) with one uncounted connection.
 part_sfirst() {
 	local count=${SFIRST_COUNT:-100} py=$STAGE_DIR/guest/speaks_first.py
+	local SHIM_DEBUG=("$BIN/rdmashim" run --log debug --) # says why a connection stayed on TCP
 	if [[ $role == a ]]; then
-		sfirst_server shim 18841 "${SHIM[@]}"
+		sfirst_server shim 18841 "${SHIM_DEBUG[@]}"
+		sfirst_server fork 18844 --fork "${SHIM_DEBUG[@]}"
 		sfirst_server plain 18842 "${SHIM[@]}" &
 		sfirst_server bare 18843
 		wait
 	else
-		sfirst_client shim --port 18841 --mixed "${peer_env[@]}" "${SHIM[@]}"
+		sfirst_client shim --port 18841 --mixed "${peer_env[@]}" "${SHIM_DEBUG[@]}"
+		sfirst_client fork --port 18844 --mixed "${peer_env[@]}" "${SHIM_DEBUG[@]}"
 		sfirst_client plain --port 18842 --compare-port 18843
 	fi
 }
-sfirst_server() { # NAME PORT [LAUNCHER...]
-	local name=$1 port=$2
+sfirst_server() { # NAME PORT [--fork] [LAUNCHER...]
+	local name=$1 port=$2 fork=()
 	shift 2
-	timeout 240 "$@" python3 "$py" server --bind 0.0.0.0 --port "$port" --count "$count" --extra 1 \
+	[[ ${1:-} == --fork ]] && { fork=(--fork); shift; }
+	timeout 240 "$@" python3 "$py" server --bind 0.0.0.0 --port "$port" --count "$count" --extra 1 "${fork[@]}" \
 		>"s.$name.server.json" 2>"s.$name.server.log"
 	say "sfirst.$name.server rc=$? transports=$(transports_in "s.$name.server.log") \
 json=$(tr -d ' ' <"s.$name.server.json")"
+	sfirst_why "$name.server"
+}
+# What rdmashim said (at debug level) before each connection that stayed on TCP.
+sfirst_why() {
+	grep -q -- '-> tcp' "s.$1.log" || return 0
+	say "sfirst.$1.why text=$(grep -B4 -- '-> tcp' "s.$1.log" | grep -v 'info: fd .* -> verbs' | tail -n 24 |
+		tr '\n' '|' | tr ' ' '_' | cut -c1-3000)"
 }
 sfirst_client() { # NAME OPTIONS... [LAUNCHER...] (options first, each with its value or alone)
 	local name=$1 opts=()
@@ -151,6 +164,7 @@ sfirst_client() { # NAME OPTIONS... [LAUNCHER...] (options first, each with its 
 		>"s.$name.client.json" 2>"s.$name.client.log"
 	say "sfirst.$name.client rc=$? transports=$(transports_in "s.$name.client.log") \
 log=$(grep -v 'rdmashim\[' "s.$name.client.log" | oneline_in) json=$(tr -d ' ' <"s.$name.client.json")"
+	sfirst_why "$name.client"
 }
 # Each transport rdmashim logged, with its count: "verbs:100,tcp:server-spoke-first:2".
 transports_in() {
