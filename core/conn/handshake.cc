@@ -226,7 +226,12 @@ void Connection::await_hello_before_speaking() {
       errno = saved;
       if (!still) {
         (void)detect_hello(MSG_DONTWAIT, false);
-        if (rx_ == Rx::kDetectHello) RDMASHIM_DEBUG("fd %d: the announced client withdrew it: no Hello to wait for", fd());
+        if (rx_ == Rx::kDetectHello) {
+          discovery::AnnouncementTable* t = local ? nullptr : discovery::announcements();
+          RDMASHIM_DEBUG("fd %d: the announcement is gone after %llu ms of waiting (%zu live): no Hello to wait for",
+                         fd(), static_cast<unsigned long long>((now_ns() - (until - uint64_t{config().setup_timeout_ms} * 1'000'000)) / 1'000'000),
+                         t ? t->size(now_ns()) : 0);
+        }
         return;
       }
     }

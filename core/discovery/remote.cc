@@ -54,8 +54,9 @@ void note_announcement(rdma_cm_id* req, const void* pd, size_t len) {
   client.port = here.port;
   uint8_t nonce[16];
   memcpy(nonce, static_cast<const char*>(pd) + sizeof kAnnounce, sizeof nonce);
-  if (!table->record(client, nonce, now_ns(), uint64_t{config().setup_timeout_ms} * 1'000'000)) {
-    RDMASHIM_DEBUG("rdma-cm: an announcement was not recorded (table full, or too many from one address)");
+  uint64_t now = now_ns();
+  if (!table->record(client, nonce, now, uint64_t{config().setup_timeout_ms} * 1'000'000)) {
+    RDMASHIM_DEBUG("rdma-cm: an announcement was not recorded (%zu live)", table->size(now));
   }
 }
 
