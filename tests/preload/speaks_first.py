@@ -90,6 +90,9 @@ def one(a, port, i, lat):
         # server accepted and wanted to greet.
         s.setblocking(False)
         s.connect_ex((a.host, port))
+        if a.mixed_connected:
+            # As most event loops do: first learn that the connect completed.
+            select.select([], [s], [], 10)
         time.sleep(0.003)
         select.select([s], [], [], 10)
         s.setblocking(True)
@@ -148,5 +151,7 @@ p.add_argument("--compare-port", type=int, help="also connect to this server, in
 p.add_argument("--connect-wait", type=float, default=0, help="first wait until the server listens (one extra connection)")
 p.add_argument("--count", type=int, default=100)
 p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
+p.add_argument("--mixed-connected", action="store_true",
+               help="with --mixed: wait until the connect completed (writable) before the 3 ms")
 a = p.parse_args()
 sys.exit(server(a) if a.mode == "server" else client(a))
