@@ -210,7 +210,9 @@ void Connection::await_hello_before_speaking() {
   if (!local) announced = discovery::remote_client_announced(fd_);
   errno = saved;
   if (!announced) return;
-  uint64_t now = now_ns();
+  RDMASHIM_DEBUG("fd %d: waiting for the Hello its client announced", fd());
+  const uint64_t start = now_ns();
+  uint64_t now = start;
   uint64_t until = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
   while (rx_ == Rx::kDetectHello && now < until) {
     pollfd p{fd_, POLLIN, 0};
@@ -229,7 +231,7 @@ void Connection::await_hello_before_speaking() {
         if (rx_ == Rx::kDetectHello) {
           discovery::AnnouncementTable* t = local ? nullptr : discovery::announcements();
           RDMASHIM_DEBUG("fd %d: the announcement is gone after %llu ms of waiting (%zu live): no Hello to wait for",
-                         fd(), static_cast<unsigned long long>((now_ns() - (until - uint64_t{config().setup_timeout_ms} * 1'000'000)) / 1'000'000),
+                         fd(), static_cast<unsigned long long>((now_ns() - start) / 1'000'000),
                          t ? t->size(now_ns()) : 0);
         }
         return;
@@ -237,7 +239,9 @@ void Connection::await_hello_before_speaking() {
     }
     now = now_ns();
   }
-  if (rx_ == Rx::kDetectHello) RDMASHIM_DEBUG("fd %d: no Hello from the announced client within the setup timeout", fd());
+  if (rx_ == Rx::kDetectHello) {
+    RDMASHIM_DEBUG("fd %d: no Hello from the announced client within the setup timeout", fd());
+  }
 }
 
 // Both locks held. The client frames everything after its Hello.

@@ -19,8 +19,9 @@
 #           connections, both ends under rdmashim, a server in one process and
 #           one forking a child per connection: every one -> verbs on both
 #           sides; a plain client of that server gets its greeting no later
-#           than from the server without rdmashim (median of the paired
-#           differences of interleaved connections <= SFIRST_BOUND_US, 1000:
+#           than from the server without rdmashim (its server logged no wait;
+#           the median of the paired differences of interleaved connections
+#           <= SFIRST_BOUND_US, 1000, or a quarter of the plain median if more:
 #           the 1 ms grace it replaces; rdmashim's own work per connection
 #           costs about 0.3 ms in these emulated guests)
 #           (registered as softroce.server_first, with --discovery)
@@ -139,10 +140,15 @@ if [[ " ${parts[*]} " == *" sfirst "* ]]; then
 	check "server-first: plain client, bytes and plain" "$(yes_if test "$(kv "$p" rc)" = 0 -a "$(jf "$pj" bad)" = 0 \
 		-a "$(kv "$ps" transports)" = "tcp:server-spoke-first:$((sfirst_count + 1))")" \
 		"rc $(kv "$p" rc), $pj, server under rdmashim $(kv "$ps" transports)"
-	check "server-first: plain client not kept waiting" \
-		"$(yes_if awk -v d="$(jf "$pj" median_difference_us)" -v b="$sfirst_bound" 'BEGIN { exit !(d != "" && d <= b) }')" \
+	check "server-first: plain client never waited for (server's log)" "$(yes_if test "$(kv "$ps" waits)" = 0)" \
+		"$(kv "$ps" waits) waits for an announced Hello"
+	# A busy machine slows everything rdmashim does per connection in these
+	# emulated guests: the bound grows with the plain server's own time.
+	bound=$(awk -v b="$sfirst_bound" -v m="$(jf "$pj" compare_median_greeting_us)" 'BEGIN { x = m / 4; print (x > b ? int(x) : b) }')
+	check "server-first: plain client not kept waiting (time)" \
+		"$(yes_if awk -v d="$(jf "$pj" median_difference_us)" -v b="$bound" 'BEGIN { exit !(d != "" && d <= b) }')" \
 		"connect to greeting: median $(jf "$pj" median_greeting_us) us from the server under rdmashim,\
- $(jf "$pj" compare_median_greeting_us) us without; median paired difference $(jf "$pj" median_difference_us) us (bound $sfirst_bound us)"
+ $(jf "$pj" compare_median_greeting_us) us without; median paired difference $(jf "$pj" median_difference_us) us (bound $bound us)"
 fi
 
 # -- large: the receiver verified the sender's XXH64; check it here as well.

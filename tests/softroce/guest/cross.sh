@@ -132,7 +132,7 @@ part_sfirst() {
 	if [[ $role == a ]]; then
 		sfirst_server shim 18841 "${SHIM_DEBUG[@]}"
 		sfirst_server fork 18844 --fork "${SHIM_DEBUG[@]}"
-		sfirst_server plain 18842 "${SHIM[@]}" &
+		sfirst_server plain 18842 "${SHIM_DEBUG[@]}" &
 		sfirst_server bare 18843
 		wait
 	else
@@ -149,13 +149,14 @@ sfirst_server() { # NAME PORT [--fork] [LAUNCHER...]
 	timeout 240 "$@" python3 "$py" server --bind 0.0.0.0 --port "$port" --count "$count" --extra 1 "${fork[@]}" \
 		>"s.$name.server.json" 2>"s.$name.server.log"
 	say "sfirst.$name.server rc=$? transports=$(transports_in "s.$name.server.log") \
-json=$(tr -d ' ' <"s.$name.server.json")"
+waits=$(grep -c 'waiting for the Hello' "s.$name.server.log") json=$(tr -d ' ' <"s.$name.server.json")"
 	sfirst_why "$name.server"
 }
 # What rdmashim said (at debug level) before each connection that stayed on TCP.
 sfirst_why() {
 	grep -q -- '-> tcp' "s.$1.log" || return 0
-	say "sfirst.$1.why text=$(grep -B4 -- '-> tcp' "s.$1.log" | grep -v 'info: fd .* -> verbs' | tail -n 24 |
+	say "sfirst.$1.why text=$({ grep -m 3 'warn\|cannot answer' "s.$1.log"
+		grep -B4 -- '-> tcp' "s.$1.log" | grep -v 'info: fd .* -> verbs' | tail -n 24; } |
 		tr '\n' '|' | tr ' ' '_' | cut -c1-3000)"
 }
 sfirst_client() { # NAME OPTIONS... [LAUNCHER...] (options first, each with its value or alone)
