@@ -45,6 +45,7 @@ struct Entry {
   uint64_t connected_ns = 0;
   bool advertised = false;           // kPending: the peer advertised before we connected
   UniqueFd announce;                 // kPending: our announcement (discovery::announce_client)
+  discovery::RemoteProbe probe;      // kPending: another host's answer, asked before connect()
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one
   // that is open, so closing the original while a duplicate lives is fine.
   static constexpr int kMaxAliases = 16;

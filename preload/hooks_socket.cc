@@ -220,12 +220,13 @@ static void remember_plain(int fd, const sockaddr* peer, socklen_t len, uint64_t
   }
 }
 
-// `advertised`: the rules or the same-host registry, asked before connect().
-// Another host is asked over RDMA-CM now that the connection exists (asked
-// before, a server not up yet would be cached as plain for a minute).
+// `advertised`: the rules, the same-host registry or (`remote`) another
+// host's RDMA-CM answer, all asked before connect(). Another host's "no" is
+// remembered only now that the connection exists (a server not up yet must
+// not be cached as plain for a minute).
 void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce,
-                  uint64_t connected_ns) {
-  if (!advertised) advertised = discovery::probe_remote(peer, len);
+                  const discovery::RemoteProbe& remote, uint64_t connected_ns) {
+  if (remote.answer == discovery::RemoteAnswer::kNo) discovery::remember_remote_no(peer, len);
   if (!advertised) {
     const char* refusal = discovery::remote_refusal(peer, len);
     auto why = refusal || discovery::peer_rule(peer, len) == discovery::PeerRule::kForbid
@@ -237,7 +238,8 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, 
     remember_plain(fd, peer, len, connected_ns);
     return;
   }
-  std::unique_ptr<Connection> conn = Connection::make_client(fd, std::move(announce));
+  std::unique_ptr<Connection> conn =
+      Connection::make_client(fd, std::move(announce), remote.announced ? remote.nonce : nullptr);
   if (!conn) {
     remember_plain(fd, peer, len, connected_ns);
     return;
@@ -314,16 +316,22 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   // Before the SYN: a server that speaks first must find it at accept.
   // Only from a client that will send a Hello (no server waits in vain).
   UniqueFd announce = advertised && upgrades_allowed() ? discovery::announce_client(fd) : UniqueFd();
+  // Another host is asked over RDMA-CM, also before the SYN, and told in the
+  // same request that our Hello follows: its server may speak first.
+  discovery::RemoteProbe remote;
+  if (ours) discovery::ask_remote(addr, len, upgrades_allowed(), &remote);
+  if (remote.answer == discovery::RemoteAnswer::kYes) advertised = true;
   errno = saved;
   int r = real().connect(fd, addr, len);
   if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
   saved = errno;
   if (r == 0) {
-    track_client(fd, addr, len, advertised, std::move(announce), now);
+    track_client(fd, addr, len, advertised, std::move(announce), remote, now);
   } else if (auto* e = new (std::nothrow) Entry(Entry::Kind::kPending)) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
     remember_peer(e, addr, len, now);
     e->advertised = advertised;
+    e->probe = remote;
     e->announce = std::move(announce);
     attach(fd, e);
   }

@@ -86,7 +86,7 @@ void settle_pending(int fd, Entry& e) {
     sockaddr_storage peer{};
     socklen_t len = sizeof peer;
     if (real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) == 0) {
-      track_client(fd, reinterpret_cast<sockaddr*>(&e.peer), e.peer_len, e.advertised, std::move(e.announce),
+      track_client(fd, reinterpret_cast<sockaddr*>(&e.peer), e.peer_len, e.advertised, std::move(e.announce), e.probe,
                    e.connected_ns);
     }
   }

@@ -34,7 +34,7 @@ Ref active_stream(int fd);
 // advertised rdmashim on this host, as asked before connecting). `peer` is
 // where it connected, at `connected_ns` (now_ns()).
 void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce,
-                  uint64_t connected_ns);
+                  const discovery::RemoteProbe& remote, uint64_t connected_ns);
 
 // Starts tracking an accepted socket handed over across exec (hooks_process.cc).
 // All names must be one socket (checked); the first becomes the connection's.

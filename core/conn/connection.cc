@@ -56,8 +56,7 @@ Connection::Connection(int fd, Role role)
     : fd_(fd),
       role_(role),
       rx_(role == Role::kClient ? Rx::kAwaitAck : Rx::kDetectHello),
-      tx_(role == Role::kClient ? Tx::kFramed : Tx::kUndecided),
-      created_ns_(now_ns()) {}
+      tx_(role == Role::kClient ? Tx::kFramed : Tx::kUndecided) {}
 
 Connection::~Connection() {
   if (idle_listed_.load(std::memory_order_relaxed)) forget_idle();

@@ -59,8 +59,10 @@ class Connection {
   // A connected client socket whose peer advertised rdmashim on this host:
   // sends the Hello. nullptr if nothing was sent (stay plain).
   // `announce`: the client's announcement (discovery::announce_client),
-  // kept until the handshake settles.
-  static std::unique_ptr<Connection> make_client(int fd, UniqueFd announce = UniqueFd());
+  // kept until the handshake settles. `nonce`: the Hello's nonce when a
+  // remote server was told of it before our SYN (discovery::ask_remote).
+  static std::unique_ptr<Connection> make_client(int fd, UniqueFd announce = UniqueFd(),
+                                                 const uint8_t* nonce = nullptr);
   // A freshly accepted socket of a listener under rdmashim.
   static std::unique_ptr<Connection> make_server(int fd);
   ~Connection();
@@ -376,7 +378,6 @@ class Connection {
   void follow_sibling_switch_rx();  // rx_mu_ held
   void follow_sibling_switch_tx();  // tx_mu_ held
   void follow_sibling_switches();   // neither held (readiness)
-  const uint64_t created_ns_;
 
   // Handshake material.
   unsigned char nonce_[16] = {};

@@ -17,6 +17,7 @@
 #include <utility>
 
 #include "conn/connection_internal.h"
+#include "discovery/announcements.h"
 #include "discovery/registry.h"
 #include "discovery/sockdiag.h"
 #include "shm/shm_transport.h"
@@ -45,7 +46,7 @@ bool peer_is_local(int fd) {
 }
 }  // namespace
 
-std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
+std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, const uint8_t* nonce) {
   if (!upgrades_allowed()) {
     stats::count(stats::Outcome::kTcpPolicy);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpPolicy));
@@ -75,7 +76,9 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce) {
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
   }
-  bool have_nonce = !RDMASHIM_FAULT(kRandom) && random_bytes(c->nonce_, sizeof c->nonce_);
+  // The nonce a remote server was told of before our SYN, or a fresh one.
+  if (nonce) memcpy(c->nonce_, nonce, sizeof c->nonce_);
+  bool have_nonce = !RDMASHIM_FAULT(kRandom) && (nonce || random_bytes(c->nonce_, sizeof c->nonce_));
   // The descriptors must later come from the user that owns the server's
   // end of this connection: asked now, while that end surely exists.
   bool budget = false;  // no room for our descriptors
@@ -200,6 +203,7 @@ int Connection::detect_hello(int flags, bool may_wait) {
   if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
   wire::Hello hello;
   memcpy(&hello, msg, sizeof hello);
+  discovery::remote_hello_arrived(hello.nonce);  // its announcement, if any, is done
   verbs::Params params{};
   bool has_params = params_of(msg, len, &params);
   handle_hello(hello, has_params ? &params : nullptr);
@@ -207,32 +211,50 @@ int Connection::detect_hello(int flags, bool may_wait) {
 }
 
 // Both locks held; our application is about to write first. A client under
-// rdmashim on this host announced itself before connecting (see
-// discovery::client_announced): for it we wait until its Hello is here, so
-// a server that speaks first upgrades every time. A plain client of this
-// host is not waited for at all. A peer on another host cannot be asked
-// cheaply: it gets a short grace, as a Hello sent right after connect()
-// usually lands within it.
+// rdmashim announced itself before its SYN: on this host with an abstract
+// name (discovery::client_announced), from another host in its RDMA-CM probe
+// (discovery::remote_client_announced). For it we wait until its Hello is
+// here, so a server that speaks first upgrades every time. A client that did
+// not announce itself is not waited for at all.
 void Connection::await_hello_before_speaking() {
-  constexpr uint64_t kRemoteGraceNs = 1'000'000;
   if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return;
+  int saved = errno;
   bool local = false;
   bool announced = discovery::client_announced(fd_, &local);
-  if (!announced && local) return;
-  uint64_t now = now_ns();
-  uint64_t until = announced ? now + uint64_t{config().setup_timeout_ms} * 1'000'000 : created_ns_ + kRemoteGraceNs;
+  if (!local) announced = discovery::remote_client_announced(fd_);
+  errno = saved;
+  if (!announced) return;
+  RDMASHIM_DEBUG("fd %d: waiting for the Hello its client announced", fd());
+  const uint64_t start = now_ns();
+  uint64_t now = start;
+  uint64_t until = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
   while (rx_ == Rx::kDetectHello && now < until) {
     pollfd p{fd_, POLLIN, 0};
     // In slices: a client that gives up without a Hello withdraws its
-    // announcement, and then we stop waiting (after one last look).
-    int slice = announced ? 5 : static_cast<int>((until - now + 999'999) / 1'000'000);
-    sys::wait(&p, 1, slice);  // the program's own way of sleeping
+    // announcement (a remote one expires, or is consumed by the Hello it
+    // announced arriving on another connection from the same address), and
+    // then we stop waiting (after one last look).
+    sys::wait(&p, 1, 5);  // the program's own way of sleeping
     if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN) return;
-    if (announced && p.revents == 0 && !discovery::client_announced(fd_, &local)) {
-      (void)detect_hello(MSG_DONTWAIT, false);
-      return;
+    if (p.revents == 0) {
+      saved = errno;
+      bool still = local ? discovery::client_announced(fd_, &local) : discovery::remote_client_announced(fd_);
+      errno = saved;
+      if (!still) {
+        (void)detect_hello(MSG_DONTWAIT, false);
+        if (rx_ == Rx::kDetectHello) {
+          discovery::AnnouncementTable* t = local ? nullptr : discovery::announcements();
+          RDMASHIM_DEBUG("fd %d: the announcement is gone after %llu ms of waiting (%zu live): no Hello to wait for",
+                         fd(), static_cast<unsigned long long>((now_ns() - start) / 1'000'000),
+                         t ? t->size(now_ns()) : 0);
+        }
+        return;
+      }
     }
     now = now_ns();
+  }
+  if (rx_ == Rx::kDetectHello) {
+    RDMASHIM_DEBUG("fd %d: no Hello from the announced client within the setup timeout", fd());
   }
 }
 

@@ -14,6 +14,7 @@
 #include <new>
 #include <vector>
 
+#include "discovery/announcements.h"
 #include "discovery/registry.h"
 #include "sys/sys.h"
 #include "util/config.h"
@@ -41,6 +42,25 @@ std::mutex g_mu;
 rdma_event_channel* g_channel = nullptr;  // shared by all listening ids of this process
 bool g_thread_started = false;
 
+// A probe that says a Hello follows: remembered, keyed by the client's
+// address as RDMA-CM saw it and the listening port, until the setup timeout.
+void note_announcement(rdma_cm_id* req, const void* pd, size_t len) {
+  AnnouncementTable* table = announcements();
+  if (!table || !pd || len < kAnnounceBytes || memcmp(pd, kAnnounce, sizeof kAnnounce) != 0) return;
+  AnnounceKey client, here;
+  if (!announce_key(rdma_get_peer_addr(req), sizeof(sockaddr_storage), &client) ||
+      !announce_key(rdma_get_local_addr(req), sizeof(sockaddr_storage), &here)) {
+    return;
+  }
+  client.port = here.port;
+  uint8_t nonce[16];
+  memcpy(nonce, static_cast<const char*>(pd) + sizeof kAnnounce, sizeof nonce);
+  uint64_t now = now_ns();
+  if (!table->record(client, nonce, now, uint64_t{config().setup_timeout_ms} * 1'000'000)) {
+    RDMASHIM_DEBUG("rdma-cm: an announcement was not recorded (%zu live)", table->size(now));
+  }
+}
+
 void* answer_loop(void*) {
   const verbs::RdmaCmApi* api = rdmacm();
   rdma_event_channel* ch = g_channel;
@@ -51,6 +71,9 @@ void* answer_loop(void*) {
       return nullptr;  // the channel is gone
     }
     rdma_cm_id* req = ev->event == RDMA_CM_EVENT_CONNECT_REQUEST ? ev->id : nullptr;
+    if (req) note_announcement(req, ev->param.conn.private_data, ev->param.conn.private_data_len);
+    // Answered after the announcement is in the table: the client's SYN
+    // follows our answer, so any accept() of its connection finds it there.
     if (req) api->reject(req, kAnswer, sizeof kAnswer);
     api->ack_cm_event(ev);
     if (req) api->destroy_id(req);
@@ -62,6 +85,7 @@ bool start_answering() {
   if (!g_channel) g_channel = RDMASHIM_FAULT(kCmChannel) ? nullptr : rdmacm()->create_event_channel();
   if (!g_channel) return false;
   sys::real().fcntl(g_channel->fd, F_SETFD, FD_CLOEXEC);
+  (void)create_announcements();  // without it, probes are answered and announcements ignored
   g_thread_started = start_background_thread(answer_loop, nullptr);
   static pthread_once_t once = PTHREAD_ONCE_INIT;
   if (g_thread_started) pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, remote_after_fork_child); });
@@ -104,7 +128,8 @@ int next_event(const verbs::RdmaCmApi* api, rdma_event_channel* ch, uint64_t dea
   }
 }
 
-bool ask(const sockaddr* peer) {
+// `nonce`: the probe also announces the Hello that follows (announcements.h).
+bool ask(const sockaddr* peer, const uint8_t* nonce) {
   const verbs::RdmaCmApi* api = rdmacm();
   uint32_t timeout_ms = std::min<uint32_t>(config().setup_timeout_ms, 1000);
   uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
@@ -119,9 +144,12 @@ bool ask(const sockaddr* peer) {
         next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ADDR_RESOLVED &&
         !RDMASHIM_FAULT(kCmResolveRoute) && api->resolve_route(id, static_cast<int>(timeout_ms)) == 0 &&
         next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+      char announce[kAnnounceBytes];
+      memcpy(announce, kAnnounce, sizeof kAnnounce);
+      if (nonce) memcpy(announce + sizeof kAnnounce, nonce, 16);
       rdma_conn_param p{};
-      p.private_data = kAsk;
-      p.private_data_len = sizeof kAsk;
+      p.private_data = nonce ? static_cast<const void*>(announce) : kAsk;
+      p.private_data_len = nonce ? sizeof announce : sizeof kAsk;
       p.qp_num = 1;  // no QP: the answer is a reject, nothing is ever connected
       if (!RDMASHIM_FAULT(kCmConnect) && api->connect(id, &p) == 0) {
         bool ours = false;
@@ -172,34 +200,50 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   return a;
 }
 
-bool probe_remote(const sockaddr* peer, socklen_t len) {
-  if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return false;
-  if (peer_rule(peer, len) != PeerRule::kDiscover) return false;  // RDMASHIM_PEERS decided
-  if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return false;
-  if (!rdmacm()) return false;
+void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe* out) {
+  *out = RemoteProbe{};
+  if (!peer || (peer->sa_family != AF_INET && peer->sa_family != AF_INET6)) return;
+  // RDMASHIM_PEERS decided: a forced peer is asked only to announce a Hello.
+  PeerRule rule = peer_rule(peer, len);
+  if (rule == PeerRule::kForbid || (rule == PeerRule::kForce && !announce)) return;
+  if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return;
+  if (!rdmacm()) return;
   int err = 0;
-  if (!verbs::Device::get(&err)) return false;  // without a device here, the answer does not matter
-  if (is_local_address(peer, len)) return false;  // this host's listeners are in the registry
+  if (!verbs::Device::get(&err)) return;  // without a device here, the answer does not matter
+  if (is_local_address(peer, len)) return;  // this host's listeners are in the registry
   const char* why = nullptr;
-  if (verbs::remote_refused(&why)) return false;  // TCP is faster: not worth a probe
+  if (verbs::remote_refused(&why)) return;  // TCP is faster: not worth a probe
   uint64_t now = now_ns();
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
     std::erase_if(g_negative, [&](const Cached& c) { return c.expires_ns <= now; });
     for (const Cached& c : g_negative)
-      if (same(c.addr, peer, len)) return false;
+      if (same(c.addr, peer, len)) {
+        out->answer = RemoteAnswer::kNo;  // cached already
+        return;
+      }
   }
   int saved = errno;
-  bool yes = ask(peer);
+  out->announced = announce && random_bytes(out->nonce, sizeof out->nonce);
+  out->answer = ask(peer, out->announced ? out->nonce : nullptr) ? RemoteAnswer::kYes : RemoteAnswer::kNo;
   errno = saved;
-  if (!yes) {
-    Cached c{};
-    memcpy(&c.addr, peer, std::min<size_t>(len, sizeof c.addr));
-    c.expires_ns = now_ns() + kNegativeTtlNs;
-    std::lock_guard<std::mutex> lock(g_cache_mu);
-    g_negative.push_back(c);
-  }
-  return yes;
+}
+
+void remember_remote_no(const sockaddr* peer, socklen_t len) {
+  Cached c{};
+  memcpy(&c.addr, peer, std::min<size_t>(len, sizeof c.addr));
+  c.expires_ns = now_ns() + kNegativeTtlNs;
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  for (const Cached& old : g_negative)
+    if (same(old.addr, peer, len)) return;
+  g_negative.push_back(c);
+}
+
+bool probe_remote(const sockaddr* peer, socklen_t len) {
+  RemoteProbe p;
+  ask_remote(peer, len, false, &p);
+  if (p.answer == RemoteAnswer::kNo) remember_remote_no(peer, len);
+  return p.answer == RemoteAnswer::kYes;
 }
 
 const char* remote_refusal(const sockaddr* peer, socklen_t len) {

@@ -4,7 +4,8 @@
 // on the same port number in RDMA-CM's TCP port space (RDMA_PS_TCP, separate
 // from the kernel's TCP ports). A background thread answers every request
 // there with a reject carrying kAnswer: a "yes", and no connection. A client
-// asks before its first byte. The answer means the server runs rdmashim;
+// asks before its SYN, and says in the same request whether a Hello follows
+// (announcements.h). The answer means the server runs rdmashim;
 // anything else (a plain reject: nobody listens there; nothing within the
 // probe timeout; no RDMA device here) means plain TCP.
 //
@@ -15,6 +16,7 @@
 
 #include <sys/socket.h>
 
+#include <cstdint>
 #include <memory>
 
 namespace rdmashim::discovery {
@@ -35,6 +37,23 @@ class RemoteAdvert {
 // Starts answering probes for a listening socket bound to `local`; nullptr if
 // this host has no usable RDMA device (or the port is taken in RDMA_PS_TCP).
 std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len);
+
+// The answer of a probe a client asks before connect().
+enum class RemoteAnswer : uint8_t { kNotAsked, kNo, kYes };
+struct RemoteProbe {
+  RemoteAnswer answer = RemoteAnswer::kNotAsked;
+  bool announced = false;  // the probe said a Hello with `nonce` follows
+  uint8_t nonce[16] = {};
+};
+
+// A client, before its SYN: asks `peer` whether it runs rdmashim (as
+// probe_remote), and with `announce` says in the same request that a Hello
+// with a fresh nonce (out->nonce) follows, so that a server which speaks
+// first waits for it (announcements.h). A peer RDMASHIM_PEERS forces is asked
+// only to announce. A "no" is not cached here (a server not up yet would be
+// remembered as plain): the caller calls remember_remote_no() once connected.
+void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe* out);
+void remember_remote_no(const sockaddr* peer, socklen_t len);
 
 // Asks `peer` whether it runs rdmashim, if RDMASHIM_PEERS leaves it to
 // discovery, it is another host's address and this host has an RDMA device (the cheap checks first: no interface list is

@@ -32,6 +32,7 @@ softroce_stage() {
 	install -m 644 "$build/lib/librdmashim.so" "$STAGE/lib/librdmashim.so"
 	install -m 755 "$SOFTROCE_DIR"/guest/*.sh "$SOFTROCE_DIR"/guest/*.py "$STAGE/guest/"
 	install -m 755 "$SOFTROCE_DIR/../buffering/peers.py" "$STAGE/guest/peers.py"
+	install -m 755 "$SOFTROCE_DIR/../preload/speaks_first.py" "$STAGE/guest/speaks_first.py"
 	chmod 755 "$STAGE"
 }
 

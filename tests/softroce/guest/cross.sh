@@ -13,6 +13,7 @@
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
 #   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
 #           verbs: the survivor must exit 1 with its message
+#   sfirst  a server that speaks first, 100 connections (see part_sfirst)
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -122,6 +123,73 @@ part_cmfaults() {
 reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(oneline "m.cmf-$step.log") json=$(cat "m.cmf-$step.json")"
 		fi
 	done
+}
+
+# ------------------------------------------------------------------ sfirst ---
+# A server that speaks first (tests/preload/speaks_first.py: a greeting, then
+# request/response), SFIRST_COUNT connections per server:
+#   shim   both ends under rdmashim (every other connection from a
+#          non-blocking client that, once its connect completed, is busy for
+#          3 ms, so its Hello comes late): every connection must log
+#          "-> verbs" on both sides. (One that polls only for POLLIN while
+#          still connecting sends its Hello only once the server spoke: a
+#          known limit, hit across hosts when the handshake outlasts it.)
+#   fork   the same with a server that forks a child per connection, which
+#          greets (an rsync daemon): the parent answers the probes
+#   plain  a plain client, its connections interleaved between the same
+#          server under rdmashim (port 18842) and without (port 18843): the
+#          median of the paired connect-to-greeting differences, judged on
+#          the host (no added wait)
+# Each client first waits for its server(s) with one uncounted connection.
+part_sfirst() {
+	local count=${SFIRST_COUNT:-100} py=$STAGE_DIR/guest/speaks_first.py
+	local SHIM_DEBUG=("$BIN/rdmashim" run --log debug --) # says why a connection stayed on TCP
+	if [[ $role == a ]]; then
+		sfirst_server shim 18841 "${SHIM_DEBUG[@]}"
+		sfirst_server fork 18844 --fork "${SHIM_DEBUG[@]}"
+		sfirst_server plain 18842 "${SHIM_DEBUG[@]}" &
+		sfirst_server bare 18843
+		wait
+	else
+		# Short connections in a row would otherwise skip the upgrade (by design).
+		sfirst_client shim --port 18841 --mixed --mixed-connected "${peer_env[@]}" RDMASHIM_SHORT_CONN_MS=0 "${SHIM_DEBUG[@]}"
+		sfirst_client fork --port 18844 --mixed --mixed-connected "${peer_env[@]}" RDMASHIM_SHORT_CONN_MS=0 "${SHIM_DEBUG[@]}"
+		sfirst_client plain --port 18842 --compare-port 18843
+	fi
+}
+sfirst_server() { # NAME PORT [--fork] [LAUNCHER...]
+	local name=$1 port=$2 fork=()
+	shift 2
+	[[ ${1:-} == --fork ]] && { fork=(--fork); shift; }
+	timeout 240 "$@" python3 "$py" server --bind 0.0.0.0 --port "$port" --count "$count" --extra 1 "${fork[@]}" \
+		>"s.$name.server.json" 2>"s.$name.server.log"
+	say "sfirst.$name.server rc=$? transports=$(transports_in "s.$name.server.log") \
+waits=$(grep -c 'waiting for the Hello' "s.$name.server.log") json=$(tr -d ' ' <"s.$name.server.json")"
+	sfirst_why "$name.server"
+}
+# What rdmashim said (at debug level) before each connection that stayed on TCP.
+sfirst_why() {
+	grep -q -- '-> tcp' "s.$1.log" || return 0
+	say "sfirst.$1.why text=$({ grep -m 3 'warn\|cannot answer' "s.$1.log"
+		grep -B4 -- '-> tcp' "s.$1.log" | grep -v 'info: fd .* -> verbs' | tail -n 24; } |
+		tr '\n' '|' | tr ' ' '_' | cut -c1-3000)"
+}
+sfirst_client() { # NAME OPTIONS... [LAUNCHER...] (options first, each with its value or alone)
+	local name=$1 opts=()
+	shift
+	while [[ $# -gt 0 && $1 == --* ]]; do
+		case $1 in --mixed*) opts+=("$1"); shift ;; *) opts+=("$1" "$2"); shift 2 ;; esac
+	done
+	timeout 240 "$@" python3 "$py" client --host "$server_ip" --count "$count" --connect-wait 90 "${opts[@]}" \
+		>"s.$name.client.json" 2>"s.$name.client.log"
+	say "sfirst.$name.client rc=$? transports=$(transports_in "s.$name.client.log") \
+log=$(grep -v 'rdmashim\[' "s.$name.client.log" | oneline_in) json=$(tr -d ' ' <"s.$name.client.json")"
+	sfirst_why "$name.client"
+}
+# Each transport rdmashim logged, with its count: "verbs:100,tcp:server-spoke-first:2".
+transports_in() {
+	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" | sort | uniq -c |
+		awk '{ printf "%s%s:%s", (NR > 1 ? "," : ""), $2, $1 }'
 }
 
 # ------------------------------------------------------------------- large ---
@@ -265,6 +333,7 @@ for part in "${@:-matrix large kill catkill}"; do
 		kill) part_kill ;;
 		catkill) part_catkill ;;
 		cmfaults) part_cmfaults ;;
+		sfirst) part_sfirst ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done
