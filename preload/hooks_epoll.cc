@@ -439,10 +439,10 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       err = errno;
     }
-    // The doorbells sit in the set edge-triggered: every ring is a new edge,
-    // and the rings the peer counted are drained now and then, many in one
-    // call, so the queue never fills (ShmLink::finish).
-    for (auto& a : armed) a.ref->conn->disarm(a.what, false, true);
+    // The doorbells sit in the set edge-triggered: nothing to drain but the
+    // rings the peer counted (ShmLink::finish_sleep), so the queue never
+    // fills and every ring is a new edge.
+    for (auto& a : armed) a.ref->conn->disarm(a.what, false);
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
@@ -503,7 +503,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
       int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
       r->doorbell_added = rc == 0 || errno == EEXIST;
     }
-    unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)), true);
+    unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
     armed.push_back({share(r->entry.get()), what, -1});
   }
   // Checked after arming: a change from now on rings a doorbell.

@@ -114,7 +114,6 @@ void Connection::update_passthrough() {
 // Shutdown and close
 
 bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
-  if (on_ring()) transport_->link().pin_socket(fd());  // see Link::pin_socket
   if (orphaned_) return false;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);

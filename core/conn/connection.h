@@ -114,11 +114,10 @@ class Connection {
   // The doorbell a waiter sleeps on (valid while on_ring()), and the calls
   // that ask the peer to ring it: arm(events) for the poll events a waiter
   // wants returns what it armed, which disarm() takes back; rung: the
-  // doorbell was seen readable (drain it); edge: it sat in an epoll set
-  // edge-triggered (drained only now and then, Link::finish_edge_sleep).
+  // doorbell was seen readable (drain it).
   int doorbell();
-  unsigned arm(short events, bool edge = false);
-  void disarm(unsigned armed, bool rung, bool edge = false);
+  unsigned arm(short events);
+  void disarm(unsigned armed, bool rung);
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they

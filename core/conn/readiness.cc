@@ -74,7 +74,6 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (own_due != 0 && (release_due == 0 || own_due < release_due)) release_due = own_due;
   short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
-  short revents[2];
   int timeout = -1;
   if (dl != kNoDeadline) {
     int64_t left = dl - static_cast<int64_t>(now_ns());
@@ -90,19 +89,9 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);
     if (timeout < 0 || ms < timeout) timeout = ms;
   }
-  // Alone on this side, one epoll_wait (the doorbell edge-triggered, no
-  // drain after it); else the program's own way of sleeping, and a drain.
-  int r;
-  bool edge = link.sleep_edge(what, p[1].fd, tcp_events, timeout, revents, &r);
-  if (edge) {
-    p[0].revents = revents[0];
-    p[1].revents = revents[1];
-  } else {
-    link.drop_stale();
-    r = sys::wait(p, 2, timeout);
-  }
+  int r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
   int e = errno;
-  if (!edge && r < 0 && e == EINVAL) {
+  if (r < 0 && e == EINVAL) {
     // Fewer than two descriptors allowed (RLIMIT_NOFILE: OpenSSH's sandbox
     // sets 1): the doorbell alone, a slice at a time, and the TCP side is
     // looked at (without waiting) in between.
@@ -110,10 +99,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     e = errno;
     p[1].revents = tcp_events;
   }
-  if (edge)
-    link.finish_edge_sleep(what);
-  else
-    link.finish_sleep(what, r > 0 && p[0].revents != 0);
+  link.finish_sleep(what, r > 0 && p[0].revents != 0);
   if (ready()) spin.found();
   if (r < 0) {
     if (e != EINTR) return -e;
@@ -256,20 +242,14 @@ int Connection::doorbell() {
 }
 
 // Only called while on_ring(): the transport then lives as long as we do.
-unsigned Connection::arm(short events, bool edge) {
+unsigned Connection::arm(short events) {
   unsigned what = ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
                   ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
   transport_->link().prepare_sleep(what);
-  if (!edge) transport_->link().drop_stale();
   note_maintenance();  // an offer that woke this sleeper is adopted before the next sleep
   return what;
 }
-void Connection::disarm(unsigned armed, bool rung, bool edge) {
-  if (edge)
-    transport_->link().finish_edge_sleep(armed);
-  else
-    transport_->link().finish_sleep(armed, rung);
-}
+void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
 
 uint64_t Connection::rx_progress() const {
   if (!rx_ring_.load(std::memory_order_acquire)) return rx_again_.load(std::memory_order_relaxed);

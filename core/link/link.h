@@ -59,25 +59,6 @@ class Link {
   virtual int wait_fd() const = 0;
   virtual void prepare_sleep(unsigned what) = 0;
   virtual void finish_sleep(unsigned what, bool rung) = 0;
-  // The same after a sleep that watched wait_fd() edge-triggered (an epoll
-  // set): a ring left queued wakes no later such sleep, so the queue is
-  // drained only now and then, before it could fill.
-  virtual void finish_edge_sleep(unsigned what) { finish_sleep(what, false); }
-  // The program is closing the TCP socket's last name (tcp_fd, still open):
-  // a thread asleep in sleep_edge must still hear the FIN, as one in poll()
-  // (which holds the file) would.
-  virtual void pin_socket(int /*tcp_fd*/) {}
-  // Before a level-triggered sleep (poll) on wait_fd(): drops the rings
-  // an edge-triggered sleeper left queued, which would wake it at once.
-  virtual void drop_stale() {}
-  // Sleeps like poll() on {wait_fd(), tcp_fd} (revents[0], revents[1]) in one
-  // call that needs no drain after it, for the only sleeper armed with
-  // `what`; false where the link has no such sleep (then poll and drain).
-  // After true, finish_edge_sleep() ends the sleep.
-  virtual bool sleep_edge(unsigned /*what*/, int /*tcp_fd*/, short /*tcp_events*/, int /*timeout_ms*/,
-                          short* /*revents*/, int* /*result*/) {
-    return false;
-  }
 
   // Waits, at most timeout_ms, until everything published so far is in the
   // peer's memory. Before our TCP side closes (the peer takes its FIN as the

@@ -52,10 +52,6 @@ struct LocalState {
   alignas(64) std::atomic<uint64_t> produced{0};
   std::atomic<uint64_t> map{0};
   alignas(64) std::atomic<uint64_t> consumed{0};
-  // The peer's ring count when the last sleeper out of an edge-triggered
-  // sleep left rings queued (ShmLink::finish): those are owed to no
-  // sleeper, and a level-triggered one drops them before it sleeps.
-  std::atomic<uint64_t> stale_upto{0};
 };
 
 constexpr uint64_t kLocalMagic = 0x6c61636f'6c6d6873ull;  // "shmlocal", loosely

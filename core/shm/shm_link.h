@@ -6,7 +6,6 @@
 
 #include <cstring>
 #include <memory>
-#include <mutex>
 
 #include "link/link.h"
 #include "shm/local_state.h"
@@ -32,11 +31,7 @@ class ShmLink final : public Link {
   uint64_t own_head() const override { return local().consumed.load(std::memory_order_relaxed); }
   int wait_fd() const override { return doorbell_.get(); }
   void prepare_sleep(unsigned what) override;
-  void finish_sleep(unsigned what, bool rung) override { finish(what, rung, false); }
-  void finish_edge_sleep(unsigned what) override { finish(what, false, true); }
-  void drop_stale() override;
-  void pin_socket(int tcp_fd) override;
-  bool sleep_edge(unsigned what, int tcp_fd, short tcp_events, int timeout_ms, short* revents, int* result) override;
+  void finish_sleep(unsigned what, bool rung) override;
 
   Segment& segment() { return *segment_; }
   void mark_attached();
@@ -57,40 +52,13 @@ class ShmLink final : public Link {
 
  private:
   static constexpr uint64_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000, kOneSleep = uint64_t{1} << 32;
-  // An edge-triggered sleeper drains once this many rings are queued, at
-  // most a quarter of what the queue holds: a one-byte datagram costs its
-  // sender ~770 bytes of SO_SNDBUF (~270 at the default 208 KiB), and a ring
-  // that finds the queue full is lost to an edge-triggered sleeper.
-  static constexpr int64_t kLazyDrain = 64;
-  static constexpr int kBytesPerRing = 770;
-  int64_t lazy_drain() const;
   void wake_peer(uint64_t who);
-  void finish(unsigned what, bool rung, bool edge);
-  void drain(int64_t n, uint64_t rings);
-  bool edge_set(int tcp_fd, short tcp_events);
   static bool punch(unsigned char* ring, size_t len);
 
   std::unique_ptr<Segment> segment_;
   std::unique_ptr<LocalPage> local_;
   UniqueFd doorbell_;
   std::atomic<uint32_t> rung_sleep_{0};  // the peer's sleep count we last rang for
-  // sleep_edge's epoll set (made at the first such sleep): the doorbell
-  // edge-triggered, the TCP socket with ep_events_. Used by one sleeper at a
-  // time (edge_mu_, and the sole-sleeper check across forked siblings).
-  std::mutex edge_mu_;
-  std::mutex drain_mu_;  // one drainer at a time: each reads only what it counted
-  UniqueFd epfd_;
-  int ep_tcp_ = -1;
-  short ep_events_ = 0;
-  bool edge_off_ = false;  // the set could not be made or kept: poll
-  // An epoll set holds no reference to the files in it: once the program
-  // closed the socket, a sleeper in epoll_wait would lose it (and its FIN)
-  // where poll() keeps it open. pin_socket() keeps a duplicate for the
-  // sleepers in flight (a Dekker pair: closing_ / edge_active_); later
-  // sleeps poll.
-  std::atomic<bool> closing_{false};
-  std::atomic<int> edge_active_{0};
-  UniqueFd pinned_;
   const Side self_;
   const Side peer_;
   SideState& mine_;
