@@ -233,6 +233,7 @@ int VerbsLink::flush(int timeout_ms) {
     if (done_.load(std::memory_order_acquire) >= target) return 0;
     if (error()) return error();
     if (now_ns() >= deadline) {
+      std::lock_guard<std::mutex> cq(cq_mu_);  // before sq_mu_, as poll_completions takes them
       std::lock_guard<std::mutex> lock(sq_mu_);
       RDMASHIM_DEBUG("verbs: data up to %llu posted, up to %llu confirmed; %d send WRs outstanding, %d receives to repost",
                      static_cast<unsigned long long>(target),
