@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "util/log.h"
 #include "util/misc.h"
 #include "verbs/ibv_api.h"
 
@@ -280,9 +281,16 @@ int VerbsLink::post_ctl(const Ctl& c) {
 
 int VerbsLink::flush(int timeout_ms) {
   if (!connected_) return 0;
+  uint64_t target;  // the end of our data posted so far: what must land
   {
     std::lock_guard<std::mutex> lock(sq_mu_);
-    if (outstanding_ == 0 || error()) return error();
+    if (error()) return error();
+    // Only data WRITEs (and the tails they carry) matter: a credit or a
+    // heartbeat still in flight need not be confirmed, and must not be
+    // waited for: a peer that read all and closed never acknowledges it,
+    // and Soft-RoCE retries retry_cnt 7 forever instead of failing.
+    target = data_posted_end_;
+    if (done_.load(std::memory_order_acquire) >= target) return 0;
     // Unsignaled WRs complete only with a later signaled one: post an empty,
     // signaled WRITE behind them; its completion retires them all.
     ibv_send_wr wr{}, *bad = nullptr;
@@ -291,7 +299,7 @@ int VerbsLink::flush(int timeout_ms) {
     wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
     wr.wr.rdma.rkey = tx_rgn_.rkey();
     wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr_id = (data_posted_end_ & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
+    wr.wr_id = (target & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
     unsignaled_ = 0;
     ++outstanding_;
     if (ibv_post_send(qp_, &wr, &bad) != 0) {
@@ -305,12 +313,17 @@ int VerbsLink::flush(int timeout_ms) {
       std::lock_guard<std::mutex> cq(cq_mu_);
       poll_completions();
     }
-    {
-      std::lock_guard<std::mutex> lock(sq_mu_);
-      if (outstanding_ <= 0) return 0;
-    }
+    if (done_.load(std::memory_order_acquire) >= target) return 0;
     if (error()) return error();
-    if (now_ns() >= deadline) return -ETIMEDOUT;
+    if (now_ns() >= deadline) {
+      std::lock_guard<std::mutex> cq(cq_mu_);  // before sq_mu_, as poll_completions takes them
+      std::lock_guard<std::mutex> lock(sq_mu_);
+      RDMASHIM_DEBUG("verbs: data up to %llu posted, up to %llu confirmed; %d send WRs outstanding, %d receives to repost",
+                     static_cast<unsigned long long>(target),
+                     static_cast<unsigned long long>(done_.load(std::memory_order_relaxed)), outstanding_,
+                     recv_consumed_);
+      return -ETIMEDOUT;
+    }
     sched_yield();
   }
 }

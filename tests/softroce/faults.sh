@@ -4,7 +4,8 @@
 # server's RDMA-CM advertisement) made to fail with RDMASHIM_TEST_FAULT on the
 # side that runs it (guest/faults.sh, judged by tests/preload/faults.sh); and
 # QP creation and the RTR transition made to block for good: the watchdog
-# leaves the connection on TCP.
+# leaves the connection on TCP. And a close after the peer exited returns at
+# once (close-peer-gone, guest/close_peer_gone.py).
 # Passes when every case passed and all of them ran. Exit 77 (skip) when no
 # guest can run.
 # env: RDMASHIM_BUILD (build folder)
@@ -19,7 +20,7 @@ st=0
 out=$("$VM" run1 --timeout 800 -- "bash $STAGE/guest/faults.sh" 2>&1) || st=$?
 printf '%s\n' "$out" | sed 's/^/  | /'
 
-expected=31 # none, 9 + 2 client steps, 11 server ibv steps, 4 server cm steps, 2 x 2 blocking steps (guest/faults.sh)
+expected=32 # none, close-peer-gone, 9 + 2 client steps, 11 server ibv steps, 4 server cm steps, 2 x 2 blocking steps (guest/faults.sh)
 fail=0
 ((st == 0)) || { echo "FAIL: vm run1 exited $st"; fail=1; }
 cases=$(sed -n 's/^\(\[[ab]\] \)\{0,1\}@ \(fault\.[^ ]*\) rc=\([0-9]*\).*/\2 \3/p' <<<"$out")

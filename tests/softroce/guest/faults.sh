@@ -23,6 +23,30 @@ run() { # NAME ARGS...
 }
 
 run none none
+# A close after the peer exited (its QP destroyed) with the client's last
+# credit still unacknowledged: the close returns at once, not after the
+# setup timeout (rxe retries a retry count of 7 forever). close_peer_gone.py.
+peer_gone() {
+	local d out rc=0 ms why=
+	d=$(mktemp -d)
+	export RDMASHIM_RING_SIZE=262144 RDMASHIM_SETUP_TIMEOUT_MS=20000
+	timeout 60 "$BIN/rdmashim" run --log info -- python3 "$STAGE_DIR/guest/close_peer_gone.py" \
+		server "$d/port" 131072 "$FAULT_HOST" 2>"$d/server.log" &
+	local spid=$!
+	for _ in $(seq 200); do [[ -s $d/port ]] && break; sleep 0.05; done
+	out=$(timeout 60 "$BIN/rdmashim" run --log debug -- python3 "$STAGE_DIR/guest/close_peer_gone.py" \
+		client "$(cat "$d/port" 2>/dev/null)" 131072 "$FAULT_HOST" 2>"$d/client.log") || rc=$?
+	wait "$spid" || rc=$((rc ? rc : 10))
+	unset RDMASHIM_RING_SIZE RDMASHIM_SETUP_TIMEOUT_MS
+	ms=$(sed -n 's/.*close_ms=\([0-9]*\) received=131072$/\1/p' <<<"$out")
+	[[ -n $ms ]] || why="not all bytes: $out"
+	[[ -z $why && $ms -ge 2000 ]] && why="close took $ms ms"
+	[[ $(transport_of "$d/client.log") == verbs && $(transport_of "$d/server.log") == verbs ]] || why="$why not on verbs"
+	((rc == 0)) && [[ -n $why ]] && rc=1
+	say "fault.close-peer-gone rc=$rc out=${why:-ok}_close_ms=$ms|$(oneline "$d/client.log")"
+	rm -rf "$d"
+}
+peer_gone
 # No device, PD, ring or QP on the client: it offers nothing, sends no Hello.
 for step in ibv-devices ibv-open ibv-pd ibv-mr ibv-channel ibv-cq ibv-qp ibv-qp-init ibv-gid; do
 	run "client.$step" client "$step" tcp:setup-failed tcp:peer-plain
