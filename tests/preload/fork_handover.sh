@@ -28,6 +28,13 @@ fault=()
 env "${fault[@]}" timeout 60 "$build/bin/rdmashim" run --log info -- python3 "$peer" server --bind 127.0.0.1 \
   --port "$port" --scenario "$scenario" >"$work/s.out" 2>"$work/s.log" &
 server=$!
+# The client connects only once the server listens: one that connects while
+# the server is still starting finds no advertisement and (rightly) stays on
+# TCP, which this test is not about.
+for _ in $(seq 1 300); do
+  ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+  sleep 0.05
+done
 rc=0
 timeout 60 "$build/bin/rdmashim" run --log info -- python3 "$peer" client --host 127.0.0.1 --port "$port" \
   --wait "$wait" >"$work/c.out" 2>"$work/c.log" || rc=$?
