@@ -118,19 +118,30 @@ void advertise_listener(int fd) {
 void prepare_accept(int listener) {
   if (config().disabled) return;
   int saved = errno;
-  Ref l = table().get(listener);
-  if (!l && is_tcp_socket(listener)) {
+  if (!table().get(listener) && is_tcp_socket(listener)) {
     int accepting = 0;
     socklen_t len = sizeof accepting;
     if (real().getsockopt(listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
       advertise_listener(listener);
     }
-  } else if (l && l->kind.load() == Entry::Kind::kListener) {
-    std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child accepting
-    discovery::take_over_remote(&l->remote);
+  } else {
+    take_over_listener(listener);
   }
   errno = saved;
 }
+
+}  // namespace
+
+void take_over_listener(int fd) {
+  Ref l = table().get(fd);
+  if (!l || l->kind.load() != Entry::Kind::kListener) return;
+  int saved = errno;
+  std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child
+  discovery::take_over_remote(&l->remote);
+  errno = saved;
+}
+
+namespace {
 
 // After accept: an accepted socket of a listener under rdmashim.
 int track_accepted(int listener, int fd) {
