@@ -130,19 +130,6 @@ void prepare_accept(int listener) {
   errno = saved;
 }
 
-}  // namespace
-
-void take_over_listener(int fd) {
-  Ref l = table().get(fd);
-  if (!l || l->kind.load() != Entry::Kind::kListener) return;
-  int saved = errno;
-  std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child
-  discovery::take_over_remote(&l->remote);
-  errno = saved;
-}
-
-namespace {
-
 // After accept: an accepted socket of a listener under rdmashim.
 int track_accepted(int listener, int fd) {
   if (fd < 0 || config().disabled) return fd;  // RDMASHIM_DISABLE: untouched, not even advertised
@@ -206,6 +193,15 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
 }
 
 }  // namespace
+
+void take_over_listener(int fd) {
+  Ref l = table().get(fd);
+  if (!l || l->kind.load() != Entry::Kind::kListener) return;
+  int saved = errno;
+  std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child
+  discovery::take_over_remote(&l->remote);
+  errno = saved;
+}
 
 void adopt_socket(const std::vector<int>& names, const std::string& state) {
   if (names.empty()) return;
