@@ -251,12 +251,14 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   std::unique_ptr<RemoteAdvert> a(new (std::nothrow) RemoteAdvert());
   if (!a) return nullptr;
   memcpy(&a->addr_, local, std::min<size_t>(len, sizeof a->addr_));
-  a->owner_ = getpid();
-  if (bind_advert(a.get())) return a;
-  if (errno != EADDRINUSE) {
+  // owner_ stays 0 (not ours: its destructor takes no lock) until it is kept.
+  bool bound = bind_advert(a.get());
+  if (!bound && errno != EADDRINUSE) {
     RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
     return nullptr;
   }
+  a->owner_ = getpid();
+  if (bound) return a;
   // Another process answers for this port (our parent, a sibling worker):
   // ours waits, and the answering thread takes over when it goes.
   g_waiting.push_back(a.get());
