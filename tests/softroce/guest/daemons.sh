@@ -26,7 +26,8 @@ for shape in daemonize prefork; do
 	[[ $shape == daemonize ]] && args+=(--daemonize)
 	if [[ $role == a ]]; then
 		# Returns at once: the process that called listen() exits after its fork.
-		timeout 120 "${SHIM[@]}" "$BIN/forkingPingPong" server --port "$port" "${args[@]}" --conns 4 2>"dm.$shape.log"
+		timeout 120 "$BIN/rdmashim" run --log debug -- "$BIN/forkingPingPong" server --port "$port" "${args[@]}" \
+			--conns 4 2>"dm.$shape.log"
 		rc=$?
 		sleep 2
 		# One plain connection on the ready port tells guest b to start.
@@ -39,7 +40,7 @@ s.bind(('0.0.0.0', $ready)); s.listen(1); c, _ = s.accept(); c.close()"
 		done
 		say "dm.$shape.server rc=$rc verbs=$(grep -c -- '-> verbs' "dm.$shape.log")\
  served=$(grep -c 'served a connection.*: ok' "dm.$shape.log") notadv=$(grep -c 'not-advertised' "dm.$shape.log")\
- log=$(oneline "dm.$shape.log")"
+ log=$(grep -e '->' -e 'rdma-cm' -e 'forkingPingPong' "dm.$shape.log" | tr '\n' '|' | tr ' ' '_' | cut -c1-1500)"
 	else
 		for ((t = 0; t < 300; t++)); do
 			python3 -c "import socket; socket.create_connection(('$server_ip', $ready), 1).close()" 2>/dev/null && break
@@ -49,6 +50,7 @@ s.bind(('0.0.0.0', $ready)); s.listen(1); c, _ = s.accept(); c.close()"
 			--clients 4 --iters 200 --json >"dm.$shape.json" 2>"dm.$shape.log"
 		rc=$?
 		say "dm.$shape.client rc=$rc verbs=$(grep -c -- '-> verbs' "dm.$shape.log")\
- notadv=$(grep -c 'not-advertised' "dm.$shape.log") log=$(oneline "dm.$shape.log")"
+ notadv=$(grep -c 'not-advertised' "dm.$shape.log")\
+ log=$(grep -e '->' -e 'forkingPingPong' "dm.$shape.log" | tr '\n' '|' | tr ' ' '_' | cut -c1-1500)"
 	fi
 done
