@@ -238,7 +238,11 @@ RemoteAdvert::~RemoteAdvert() {
 
 bool RemoteAdvert::inherited() const { return owner_ != getpid(); }
 
-std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len) {
+std::unique_ptr<RemoteAdvert> advertise(const sockaddr* local, socklen_t len, bool inherited);
+// `inherited`: the address was bound before (by the process we inherited the
+// listener from), so EADDRNOTAVAIL (RDMA-CM's answer when either id is on the
+// wildcard address) also means another process holds the port.
+std::unique_ptr<RemoteAdvert> advertise(const sockaddr* local, socklen_t len, bool inherited) {
   if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return nullptr;
   if (!local || (local->sa_family != AF_INET && local->sa_family != AF_INET6)) return nullptr;
   if (!rdmacm()) return nullptr;
@@ -253,7 +257,7 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   memcpy(&a->addr_, local, std::min<size_t>(len, sizeof a->addr_));
   // owner_ stays 0 (not ours: its destructor takes no lock) until it is kept.
   bool bound = bind_advert(a.get());
-  if (!bound && errno != EADDRINUSE) {
+  if (!bound && errno != EADDRINUSE && !(inherited && errno == EADDRNOTAVAIL)) {
     RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
     return nullptr;
   }
@@ -269,10 +273,14 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   return a;
 }
 
+std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len) {
+  return advertise(local, len, false);
+}
+
 void take_over_remote(std::unique_ptr<RemoteAdvert>* advert) {
   if (!*advert || !(*advert)->inherited()) return;
   sockaddr_storage addr = (*advert)->addr_;
-  *advert = advertise_remote(reinterpret_cast<sockaddr*>(&addr), sizeof addr);
+  *advert = advertise(reinterpret_cast<sockaddr*>(&addr), sizeof addr, true);
 }
 
 void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe* out) {

@@ -25,7 +25,8 @@ namespace rdmashim::discovery {
 // pre-forked pools, socket activation): the id belongs to the process that
 // made it and dies with it, so every process holding the listener takes over
 // where it accepts (take_over_remote); while another process still holds the
-// port's id (EADDRINUSE), the advertisement waits and this process's
+// port's id (EADDRINUSE, or EADDRNOTAVAIL when either is on the wildcard
+// address), the advertisement waits and this process's
 // answering thread tries again once a second, so the first to notice the
 // holder gone answers for all.
 class RemoteAdvert {
@@ -37,7 +38,7 @@ class RemoteAdvert {
   bool inherited() const;
 
  private:
-  friend std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr*, socklen_t);
+  friend std::unique_ptr<RemoteAdvert> advertise(const sockaddr*, socklen_t, bool);
   friend bool bind_advert(RemoteAdvert*);
   friend void take_over_remote(std::unique_ptr<RemoteAdvert>*);
   RemoteAdvert() = default;

@@ -2,7 +2,7 @@
 # softroce.daemons: the RDMA-CM advertisement outlives the process that
 # called listen(). In guest a, forkingPingPong --detach (the listen() caller
 # forks and exits; its child serves, --daemonize or --prefork 3); in guest b,
-# 4 concurrent checked clients found by discovery alone (no RDMASHIM_PEERS),
+# 4 checked clients (one after another) found by discovery alone (no RDMASHIM_PEERS),
 # all connecting after the listen() caller exited: every connection must log
 # "-> verbs" on both sides (before the fix: tcp:not-advertised).
 # env: RDMASHIM_BUILD
