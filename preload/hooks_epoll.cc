@@ -544,6 +544,9 @@ int epoll_create1(int flags) {
 }
 
 int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
+  // An event loop's daemon registers its listener once, long before its
+  // first accept: take over its advertisement there.
+  if (op == EPOLL_CTL_ADD) take_over_listener(fd);
   std::shared_ptr<EpollSet> set = epoll_set(epfd);
   if (!set) return real().epoll_ctl(epfd, op, fd, ev);
   // Upgradable streams (not yet decided, or on a ring) and our own epoll

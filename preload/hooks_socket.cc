@@ -111,21 +111,30 @@ void advertise_listener(int fd) {
   if (Entry* e = listener_entry(fd)) attach(fd, e);
 }
 
+// Before accept (which may block): a listener this process did not make
+// answers probes from here too. One inherited through exec or socket
+// activation is advertised now; one inherited through fork takes over its
+// parent's RDMA-CM advertisement, or waits for it to go (discovery/remote.h).
+void prepare_accept(int listener) {
+  if (config().disabled) return;
+  int saved = errno;
+  if (!table().get(listener) && is_tcp_socket(listener)) {
+    int accepting = 0;
+    socklen_t len = sizeof accepting;
+    if (real().getsockopt(listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
+      advertise_listener(listener);
+    }
+  } else {
+    take_over_listener(listener);
+  }
+  errno = saved;
+}
+
 // After accept: an accepted socket of a listener under rdmashim.
 int track_accepted(int listener, int fd) {
   if (fd < 0 || config().disabled) return fd;  // RDMASHIM_DISABLE: untouched, not even advertised
   int saved = errno;
   Ref l = table().get(listener);
-  if (!l && is_tcp_socket(listener)) {
-    // A listener we did not create (inherited, socket activation): advertise
-    // it now, at its first accept.
-    int accepting = 0;
-    socklen_t len = sizeof accepting;
-    if (real().getsockopt(listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
-      advertise_listener(listener);
-      l = table().get(listener);
-    }
-  }
   if (l && l->kind.load() == Entry::Kind::kListener) {
     std::unique_ptr<Connection> conn = Connection::make_server(fd);
     auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
@@ -184,6 +193,15 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
 }
 
 }  // namespace
+
+void take_over_listener(int fd) {
+  Ref l = table().get(fd);
+  if (!l || l->kind.load() != Entry::Kind::kListener) return;
+  int saved = errno;
+  std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child
+  discovery::take_over_remote(&l->remote);
+  errno = saved;
+}
 
 void adopt_socket(const std::vector<int>& names, const std::string& state) {
   if (names.empty()) return;
@@ -364,9 +382,13 @@ int listen(int fd, int backlog) {
   return r;
 }
 
-int accept(int fd, sockaddr* addr, socklen_t* len) { return track_accepted(fd, real().accept(fd, addr, len)); }
+int accept(int fd, sockaddr* addr, socklen_t* len) {
+  prepare_accept(fd);
+  return track_accepted(fd, real().accept(fd, addr, len));
+}
 
 int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
+  prepare_accept(fd);
   return track_accepted(fd, real().accept4(fd, addr, len, flags));
 }
 

@@ -30,6 +30,10 @@ inline T syscall_result(T r) {
 // a pending non-blocking connect first, if that is what fd is.
 Ref active_stream(int fd);
 
+// A listener this process inherited through fork (accept(), epoll_ctl ADD):
+// answers RDMA-CM probes from here, or once its holder has gone.
+void take_over_listener(int fd);
+
 // Starts tracking a connected client socket (sends the Hello if its peer
 // advertised rdmashim on this host, as asked before connecting). `peer` is
 // where it connected, at `connected_ns` (now_ns()).

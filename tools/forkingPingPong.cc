@@ -8,6 +8,9 @@
 //                  listener and each accepts (Apache/unicorn-style)
 //   --daemonize    accept, fork, the child forks again and exits at once; the
 //                  grandchild (reparented, its own session) serves
+//   --detach       (with any shape) the process that called listen() forks
+//                  and exits at once; the child (its own session) serves as
+//                  above: a daemon that outlives its starter
 //
 // Nothing rdmashim-specific in it: run it under `rdmashim run` to see fork
 // generations upgrade lazily (or, with RDMASHIM_FORKGEN, not at all).
@@ -61,6 +64,7 @@ struct ForkOptions {
   unsigned workers = 0;  // --prefork N
   unsigned clients = 1;  // --clients C: concurrent client connections
   uint64_t conns = 0;    // --conns K: the server exits after K connections (0: never)
+  bool detach = false;   // --detach: the listen() caller exits, a child serves
 };
 
 // State the prefork workers share with their parent (a MAP_SHARED page).
@@ -85,6 +89,7 @@ void usage() {
           "       %s server [--port P] [options]  serve, forking as below\n"
           "       %s client HOST[:PORT] [options]\n"
           "server shape: (default) fork per connection | --prefork N | --daemonize\n"
+          "              --detach: the process that listened exits, its child serves\n"
           "options: --size BYTES (64) --iters N (100000, per client) --warmup N --json\n"
           "         --clients C (1: concurrent client connections)\n"
           "         --conns K (server: exit after K connections; --local: the clients)\n",
@@ -112,6 +117,8 @@ bool split_args(int argc, char** argv, ForkOptions* f, std::vector<char*>* rest)
       f->workers = static_cast<unsigned>(v);
     } else if (a == "--daemonize") {
       f->shape = Shape::kDaemonize;
+    } else if (a == "--detach") {
+      f->detach = true;
     } else if (a == "--clients") {
       if (!value(1, 1024, &v)) return fprintf(stderr, "%s: --clients needs 1..1024\n", kTool), false;
       f->clients = static_cast<unsigned>(v);
@@ -410,6 +417,13 @@ int main(int argc, char** argv) {
     int l = tcp_listen(kTool, o.host == "127.0.0.1" ? nullptr : o.host.c_str(), o.port, &port);
     if (l < 0) return 1;
     fprintf(stderr, "%s[%d]: serving on port %u\n", kTool, static_cast<int>(getpid()), port);
+    if (f.detach) {
+      pid_t p = fork();
+      if (p < 0) return perror("forkingPingPong: fork"), 1;
+      if (p > 0) _exit(0);  // the listen() caller leaves; the child serves
+      setsid();
+      fprintf(stderr, "%s[%d]: detached\n", kTool, static_cast<int>(getpid()));
+    }
     return serve(l, o, f);
   }
   if (o.mode == PingPongOptions::Mode::kLocal) {

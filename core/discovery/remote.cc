@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -41,6 +42,9 @@ constexpr uint64_t kNegativeTtlNs = 60'000'000'000ull;
 std::mutex g_mu;
 rdma_event_channel* g_channel = nullptr;  // shared by all listening ids of this process
 bool g_thread_started = false;
+int g_wake = -1;                        // eventfd: an advertisement started waiting
+std::vector<RemoteAdvert*> g_waiting;   // for a port another process holds (under g_mu)
+constexpr uint64_t kRetryNs = 1'000'000'000ull;
 
 // A probe that says a Hello follows: remembered, keyed by the client's
 // address as RDMA-CM saw it and the listening port, until the setup timeout.
@@ -61,10 +65,39 @@ void note_announcement(rdma_cm_id* req, const void* pd, size_t len) {
   }
 }
 
+void retry_waiting();
+
+// Sleeps in poll() only: with nothing waiting for a port, no timeout at all;
+// otherwise the waiting advertisements try their port once a second.
 void* answer_loop(void*) {
   const verbs::RdmaCmApi* api = rdmacm();
   rdma_event_channel* ch = g_channel;
+  int wake = g_wake;
+  uint64_t next_retry = 0;
   for (;;) {
+    bool waiting = false;
+    {
+      std::lock_guard<std::mutex> lock(g_mu);
+      waiting = !g_waiting.empty();
+    }
+    uint64_t now = now_ns();
+    if (!waiting) {
+      next_retry = 0;
+    } else if (next_retry == 0) {
+      next_retry = now + kRetryNs;
+    } else if (now >= next_retry) {
+      retry_waiting();
+      next_retry = now + kRetryNs;
+      continue;
+    }
+    pollfd p[2] = {{ch->fd, POLLIN, 0}, {wake, POLLIN, 0}};
+    int timeout = waiting ? static_cast<int>((next_retry - now) / 1'000'000) + 1 : -1;
+    if (sys::real().poll(p, wake >= 0 ? 2 : 1, timeout) <= 0) continue;  // the retry's time, or EINTR
+    if (p[1].revents & POLLIN) {
+      uint64_t v;
+      (void)!sys::real().read(wake, &v, sizeof v);
+    }
+    if (!(p[0].revents & (POLLIN | POLLERR | POLLHUP | POLLNVAL))) continue;
     rdma_cm_event* ev = nullptr;
     if (api->get_cm_event(ch, &ev) != 0) {
       if (errno == EINTR || errno == EAGAIN) continue;
@@ -85,6 +118,7 @@ bool start_answering() {
   if (!g_channel) g_channel = RDMASHIM_FAULT(kCmChannel) ? nullptr : rdmacm()->create_event_channel();
   if (!g_channel) return false;
   sys::real().fcntl(g_channel->fd, F_SETFD, FD_CLOEXEC);
+  if (g_wake < 0) g_wake = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);  // without it: retries wait for a probe
   (void)create_announcements();  // without it, probes are answered and announcements ignored
   g_thread_started = start_background_thread(answer_loop, nullptr);
   static pthread_once_t once = PTHREAD_ONCE_INIT;
@@ -165,12 +199,50 @@ bool ask(const sockaddr* peer, const uint8_t* nonce) {
 
 }  // namespace
 
-RemoteAdvert::~RemoteAdvert() {
-  // A forked child's copy: the id is the parent's (see remote_after_fork_child).
-  if (id_ && owner_ == getpid()) rdmacm()->destroy_id(static_cast<rdma_cm_id*>(id_));
+bool bind_advert(RemoteAdvert* a);
+// Under g_mu: listens on a's port in RDMA_PS_TCP. false with errno (EADDRINUSE:
+// another process's id holds it).
+bool bind_advert(RemoteAdvert* a) {
+  rdma_cm_id* id = nullptr;
+  if (RDMASHIM_FAULT(kCmId) || rdmacm()->create_id(g_channel, &id, nullptr, RDMA_PS_TCP) != 0) return false;
+  sockaddr_storage addr = a->addr_;
+  if (RDMASHIM_FAULT(kCmBind) || rdmacm()->bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 ||
+      RDMASHIM_FAULT(kCmListen) || rdmacm()->listen(id, 64) != 0) {
+    int err = errno;
+    rdmacm()->destroy_id(id);
+    errno = err;
+    return false;
+  }
+  a->id_ = id;
+  return true;
 }
 
-std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len) {
+namespace {
+void retry_waiting() {
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::erase_if(g_waiting, [](RemoteAdvert* a) {
+    if (!bind_advert(a)) return false;
+    RDMASHIM_DEBUG("rdma-cm: the port's holder left; answering probes here now");
+    return true;
+  });
+}
+}  // namespace
+
+RemoteAdvert::~RemoteAdvert() {
+  // A forked child's copy: the id is the parent's (see remote_after_fork_child).
+  if (owner_ != getpid()) return;
+  std::lock_guard<std::mutex> lock(g_mu);
+  std::erase(g_waiting, this);
+  if (id_) rdmacm()->destroy_id(static_cast<rdma_cm_id*>(id_));
+}
+
+bool RemoteAdvert::inherited() const { return owner_ != getpid(); }
+
+std::unique_ptr<RemoteAdvert> advertise(const sockaddr* local, socklen_t len, bool inherited);
+// `inherited`: the address was bound before (by the process we inherited the
+// listener from), so EADDRNOTAVAIL (RDMA-CM's answer when either id is on the
+// wildcard address) also means another process holds the port.
+std::unique_ptr<RemoteAdvert> advertise(const sockaddr* local, socklen_t len, bool inherited) {
   if (config().transport == TransportChoice::kTcp || config().transport == TransportChoice::kShm) return nullptr;
   if (!local || (local->sa_family != AF_INET && local->sa_family != AF_INET6)) return nullptr;
   if (!rdmacm()) return nullptr;
@@ -180,24 +252,35 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
   if (verbs::remote_refused(&why)) return nullptr;  // other hosts' clients stay on TCP: nothing to answer
   std::lock_guard<std::mutex> lock(g_mu);
   if (!start_answering()) return nullptr;
-  rdma_cm_id* id = nullptr;
-  if (RDMASHIM_FAULT(kCmId) || rdmacm()->create_id(g_channel, &id, nullptr, RDMA_PS_TCP) != 0) return nullptr;
-  sockaddr_storage addr{};
-  memcpy(&addr, local, std::min<size_t>(len, sizeof addr));
-  if (RDMASHIM_FAULT(kCmBind) || rdmacm()->bind_addr(id, reinterpret_cast<sockaddr*>(&addr)) != 0 ||
-      RDMASHIM_FAULT(kCmListen) || rdmacm()->listen(id, 64) != 0) {
-    RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
-    rdmacm()->destroy_id(id);
-    return nullptr;
-  }
   std::unique_ptr<RemoteAdvert> a(new (std::nothrow) RemoteAdvert());
-  if (!a) {
-    rdmacm()->destroy_id(id);
+  if (!a) return nullptr;
+  memcpy(&a->addr_, local, std::min<size_t>(len, sizeof a->addr_));
+  // owner_ stays 0 (not ours: its destructor takes no lock) until it is kept.
+  bool bound = bind_advert(a.get());
+  if (!bound && errno != EADDRINUSE && !(inherited && errno == EADDRNOTAVAIL)) {
+    RDMASHIM_DEBUG("rdma-cm: cannot answer probes on this port: %s", strerror(errno));
     return nullptr;
   }
-  a->id_ = id;
   a->owner_ = getpid();
+  if (bound) return a;
+  // Another process answers for this port (our parent, a sibling worker):
+  // ours waits, and the answering thread takes over when it goes.
+  g_waiting.push_back(a.get());
+  if (g_wake >= 0) {
+    uint64_t one = 1;
+    (void)!sys::real().write(g_wake, &one, sizeof one);
+  }
   return a;
+}
+
+std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len) {
+  return advertise(local, len, false);
+}
+
+void take_over_remote(std::unique_ptr<RemoteAdvert>* advert) {
+  if (!*advert || !(*advert)->inherited()) return;
+  sockaddr_storage addr = (*advert)->addr_;
+  *advert = advertise(reinterpret_cast<sockaddr*>(&addr), sizeof addr, true);
 }
 
 void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe* out) {
@@ -266,6 +349,9 @@ void remote_after_fork_child() {
   if (g_channel) sys::real().close(g_channel->fd);
   g_channel = nullptr;  // leaked on purpose: the parent's copy
   g_thread_started = false;
+  if (g_wake >= 0) sys::real().close(g_wake);
+  g_wake = -1;
+  g_waiting.clear();  // the parent's; our copies are taken over at accept (take_over_remote)
 }
 
 }  // namespace rdmashim::discovery

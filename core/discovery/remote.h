@@ -21,22 +21,40 @@
 
 namespace rdmashim::discovery {
 
+// The advertisement outlives the process that called listen() (daemons,
+// pre-forked pools, socket activation): the id belongs to the process that
+// made it and dies with it, so every process holding the listener takes over
+// where it accepts (take_over_remote); while another process still holds the
+// port's id (EADDRINUSE, or EADDRNOTAVAIL when either is on the wildcard
+// address), the advertisement waits and this process's
+// answering thread tries again once a second, so the first to notice the
+// holder gone answers for all.
 class RemoteAdvert {
  public:
   ~RemoteAdvert();  // stops answering (in the process that started it)
   RemoteAdvert(const RemoteAdvert&) = delete;
   RemoteAdvert& operator=(const RemoteAdvert&) = delete;
+  // Made by another process (a forked child's copy of its parent's).
+  bool inherited() const;
 
  private:
-  friend std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr*, socklen_t);
+  friend std::unique_ptr<RemoteAdvert> advertise(const sockaddr*, socklen_t, bool);
+  friend bool bind_advert(RemoteAdvert*);
+  friend void take_over_remote(std::unique_ptr<RemoteAdvert>*);
   RemoteAdvert() = default;
-  void* id_ = nullptr;  // rdma_cm_id*
+  void* id_ = nullptr;  // rdma_cm_id*; nullptr: waiting for the port
   int owner_ = 0;       // pid that created it
+  sockaddr_storage addr_{};
 };
 
 // Starts answering probes for a listening socket bound to `local`; nullptr if
-// this host has no usable RDMA device (or the port is taken in RDMA_PS_TCP).
+// this host has no usable RDMA device. A port another process holds in
+// RDMA_PS_TCP gives an advertisement that waits for it (see above).
 std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t len);
+
+// Before accept() on a listener: an advertisement this process inherited is
+// replaced by its own (answering, or waiting for the holder to go).
+void take_over_remote(std::unique_ptr<RemoteAdvert>* advert);
 
 // The answer of a probe a client asks before connect().
 enum class RemoteAnswer : uint8_t { kNotAsked, kNo, kYes };
