@@ -58,9 +58,24 @@ for shape in fork prefork daemonize; do
 	args=()
 	[[ $shape == prefork ]] && args=(--prefork 3)
 	[[ $shape == daemonize ]] && args=(--daemonize)
+	ready=$((18821 + i))
 	if [[ $role == a ]]; then
-		timeout 120 "${SHIM[@]}" "$BIN/forkingPingPong" server --port "$port" "${args[@]}" --conns 4 2>"fp.$shape.log"
+		timeout 120 "${SHIM[@]}" "$BIN/forkingPingPong" server --port "$port" "${args[@]}" --conns 4 2>"fp.$shape.log" &
+		spid=$!
+		# Guest b starts its clients only once this server listens: a client
+		# refused while it starts would retry and exceed the server's --conns.
+		for ((t = 0; t < 300; t++)); do
+			ss -Hltn "sport = :$port" 2>/dev/null | grep -q . && break
+			sleep 0.1
+		done
+		# One plain connection on the ready port tells guest b to start.
+		timeout 100 python3 -c "
+import socket; s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(('0.0.0.0', $ready)); s.listen(1); c, _ = s.accept(); c.close()" &
+		rpid=$!
+		wait "$spid"
 		rc=$?
+		wait "$rpid" || true
 		# A daemonized grandchild reports after its parent left.
 		for ((t = 0; t < 100; t++)); do
 			(($(grep -c 'served a connection' "fp.$shape.log") >= 4)) && break
@@ -69,6 +84,10 @@ for shape in fork prefork daemonize; do
 		say "fp.$shape.server rc=$rc verbs=$(grep -c -- '-> verbs' "fp.$shape.log")\
  served=$(grep -c 'served a connection.*: ok' "fp.$shape.log") log=$(oneline "fp.$shape.log")"
 	else
+		for ((t = 0; t < 300; t++)); do
+			python3 -c "import socket; socket.create_connection(('$server_ip', $ready), 1).close()" 2>/dev/null && break
+			sleep 0.3
+		done
 		for ((t = 0; t < 300; t++)); do
 			RDMASHIM_PEERS=10.77.0.0/24 timeout 120 "${SHIM[@]}" "$BIN/forkingPingPong" client "$server_ip:$port" \
 				--clients 4 --iters 200 --json >"fp.$shape.json" 2>"fp.$shape.log" && { rc=0; break; }
