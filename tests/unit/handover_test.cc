@@ -210,8 +210,12 @@ TEST(Handover, PeerWriterOnAFullRingAnswersToo) {
   usleep(100000);
   uint64_t t0 = now_ns();
   p.server->settle_before_fork();
+#if !defined(__SANITIZE_THREAD__)  // TSan runs this several times slower (1.8 s seen in CI)
   EXPECT_LT((now_ns() - t0) / 1'000'000, 1500u);
-  EXPECT_TRUE(p.server->downgraded());
+#else
+  (void)t0;
+#endif
+  EXPECT_TRUE(p.server->downgraded());  // a peer that did not answer leaves it false
   pid_t pid = fork();
   if (pid == 0) {
     p.server->on_fork_child();
