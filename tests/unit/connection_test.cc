@@ -24,18 +24,8 @@ namespace rdmashim {
 namespace {
 
 using test::pattern;
+using test::send_all;
 using test::TcpPair;
-
-ssize_t send_all(Connection& c, const void* p, size_t n, int flags = MSG_NOSIGNAL) {
-  size_t done = 0;
-  while (done < n) {
-    iovec iov{const_cast<char*>(static_cast<const char*>(p)) + done, n - done};
-    ssize_t r = c.send(&iov, 1, flags);
-    if (r <= 0) return r;
-    done += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(done);
-}
 
 // Reads until EOF (or error), returns everything.
 std::vector<unsigned char> recv_to_eof(Connection& c, int* err = nullptr) {

@@ -27,18 +27,8 @@ namespace rdmashim {
 namespace {
 
 using test::pattern;
+using test::send_all;
 using test::TcpPair;
-
-ssize_t send_all(Connection& c, const void* p, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    iovec iov{const_cast<char*>(static_cast<const char*>(p)) + done, n - done};
-    ssize_t r = c.send(&iov, 1, MSG_NOSIGNAL);
-    if (r <= 0) return r;
-    done += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(done);
-}
 
 std::vector<unsigned char> recv_to_eof(Connection& c) {
   std::vector<unsigned char> out;

@@ -29,6 +29,7 @@ namespace rdmashim {
 namespace {
 
 using test::pattern;
+using test::send_all;
 using test::TcpPair;
 
 // Shared-memory rings created meanwhile cannot follow fork, as verbs ones.
@@ -43,17 +44,6 @@ struct PinRings {
     fault::g_state.store(saved);
   }
 };
-
-ssize_t send_all(Connection& c, const void* p, size_t n) {
-  size_t done = 0;
-  while (done < n) {
-    iovec iov{const_cast<char*>(static_cast<const char*>(p)) + done, n - done};
-    ssize_t r = c.send(&iov, 1, MSG_NOSIGNAL);
-    if (r <= 0) return r;
-    done += static_cast<size_t>(r);
-  }
-  return static_cast<ssize_t>(done);
-}
 
 ssize_t recv_all(Connection& c, void* p, size_t n) {
   iovec iov{p, n};

@@ -1,5 +1,5 @@
-// Shared by the connection tests: a connected loopback TCP pair, and a
-// deterministic byte pattern to check streams against.
+// Shared by the connection tests: a connected loopback TCP pair, a
+// deterministic byte pattern to check streams against, and send_all.
 #pragma once
 
 #include <gtest/gtest.h>
@@ -9,6 +9,8 @@
 
 #include <cstdint>
 #include <vector>
+
+#include "conn/connection.h"
 
 namespace rdmashim::test {
 
@@ -44,6 +46,19 @@ inline std::vector<unsigned char> pattern(size_t n, unsigned seed) {
     b = static_cast<unsigned char>(x);
   }
   return v;
+}
+
+// Writes all of [p, p + n) through the connection; the last send's result
+// if it stopped short (0 or a negative errno), else n.
+inline ssize_t send_all(Connection& c, const void* p, size_t n, int flags = MSG_NOSIGNAL) {
+  size_t done = 0;
+  while (done < n) {
+    iovec iov{const_cast<char*>(static_cast<const char*>(p)) + done, n - done};
+    ssize_t r = c.send(&iov, 1, flags);
+    if (r <= 0) return r;
+    done += static_cast<size_t>(r);
+  }
+  return static_cast<ssize_t>(done);
 }
 
 }  // namespace rdmashim::test
