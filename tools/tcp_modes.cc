@@ -72,18 +72,23 @@ int accept_one(int listener) {
 }
 
 // The forked server of both modes. Returns its exit code.
+// Accepts one connection and echoes its ping-pong until EOF; 1 if accept failed.
+int serve_one(int listener, size_t size) {
+  int fd = accept_one(listener);
+  if (fd < 0) return perror("accept"), 1;
+  tcp_nodelay(fd);
+  Channel ch = tcp_channel(fd);
+  serve_pingpong(ch, size);
+  close(fd);
+  return 0;
+}
+
 int serve(const char* tool, int listener, const PingPongOptions& o) {
   std::vector<char> buf(o.size);
   if (o.connects) {
     // The short ones, then the --then one: each echoed until its EOF.
-    for (uint64_t i = 0; i < o.connects + (o.then_iters ? 1 : 0); ++i) {
-      int fd = accept_one(listener);
-      if (fd < 0) return perror("accept"), 1;
-      tcp_nodelay(fd);
-      Channel ch = tcp_channel(fd);
-      serve_pingpong(ch, o.size);
-      close(fd);
-    }
+    for (uint64_t i = 0; i < o.connects + (o.then_iters ? 1 : 0); ++i)
+      if (serve_one(listener, o.size) != 0) return 1;
     return 0;
   }
   std::vector<int> fds;
@@ -101,14 +106,8 @@ int serve(const char* tool, int listener, const PingPongOptions& o) {
   snprintf(buf.data(), buf.size(), "%d,\"server_low_fds\":%d,\"server_rss_kb\":%ld", open_fds() - 1, open_fds(true) - 1,
            rss_kb());
   chans.back().send_all(buf.data(), buf.size());
-  if (o.then_iters) {  // the busy one beside the idle ones, echoed until its EOF
-    int fd = accept_one(listener);
-    if (fd < 0) return perror("accept"), 1;
-    tcp_nodelay(fd);
-    Channel ch = tcp_channel(fd);
-    serve_pingpong(ch, o.size);
-    close(fd);
-  }
+  // The busy one beside the idle ones, echoed until its EOF.
+  if (o.then_iters && serve_one(listener, o.size) != 0) return 1;
   close(listener);
   chans.back().recv_all(buf.data(), buf.size());  // EOF: the client is done
   for (int fd : fds) close(fd);
