@@ -46,6 +46,18 @@ oneline() { tr '\n' '|' <"$1" 2>/dev/null | tr ' ' '_' | cut -c1-300; }
 # The same for stdin (the guest has no /dev/stdin).
 oneline_in() { tr '\n' '|' | tr ' ' '_' | cut -c1-300; }
 
+# wait_listening PORT SECONDS: until a TCP socket listens on PORT (any address).
+wait_listening() {
+	local hex i
+	hex=$(printf '%04X' "$1")
+	for ((i = 0; i < $2 * 10; i++)); do
+		awk -v p=":$hex" '$4 == "0A" && substr($2, length($2) - 4) == p { f = 1 } END { exit !f }' \
+			/proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+		sleep 0.1
+	done
+	return 1
+}
+
 # pingpong NAME SERVER_CMD... :: CLIENT_CMD...: start the server, run the
 # client (retrying until the server listens), stop the server, report.
 pingpong() {
@@ -56,6 +68,12 @@ pingpong() {
 	cli=("$@")
 	timeout 120 "${srv[@]}" 2>"$name.server.log" &
 	local spid=$!
+	# A client that connects while the server is between advertising and
+	# listen() takes TCP (the advertiser must own a listening socket), a
+	# correct fallback but not the path under test: wait for the listen.
+	local port
+	port=$(printf '%s\n' "${srv[@]}" | sed -n '/^--port$/{n;p;q}')
+	[[ -n $port ]] && wait_listening "$port" 30
 	for ((i = 0; i < 100; i++)); do
 		out=$(timeout 120 "${cli[@]}" 2>"$name.client.log") && { rc=0; break; }
 		rc=$?
