@@ -17,26 +17,12 @@
 #   --size   file size (default 134217728 = 128 MiB; k/m/g suffixes allowed)
 #   --json   print the JSON instead of the table; --json FILE writes it too
 # env: RDMASHIM_BUILD, SOFTROCE_CAT_TIMEOUT (vm run2 timeout, default 900 s)
-set -euo pipefail
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
-source "$here/../scripts/lib.sh"
-source "$here/../tests/softroce/lib.sh"
+source "$here/lib/softroce_bench.sh"
 
-size=134217728 runs=1 json=no json_file=""
-usage() { echo "usage: bench/softroce_cat.sh [--size BYTES] [--runs N] [--json [FILE]]" >&2; exit 2; }
-while (($#)); do
-	case $1 in
-	--size) size=${2:?}; shift 2 ;;
-	--runs) runs=${2:?}; shift 2 ;;
-	--json)
-		json=yes
-		if [[ -n ${2:-} && $2 != -* ]]; then json_file=$2; shift; fi
-		shift ;;
-	*) usage ;;
-	esac
-done
-size=$(numfmt --from=iec "${size^^}") || usage
-export RDMASHIM_BUILD
+size=134217728 runs=1
+bench_opts "bench/softroce_cat.sh [--size BYTES] [--runs N] [--json [FILE]]" size runs -- "$@"
+size=$(numfmt --from=iec "${size^^}") || { echo "bench/softroce_cat.sh: --size takes bytes (k/m/g allowed)" >&2; exit 2; }
 [[ -x $RDMASHIM_BUILD/bin/rdma_send ]] || { echo "bench/softroce_cat.sh: build first (./scripts/test)" >&2; exit 1; }
 command -v socat >/dev/null || ensure_packages socat || { echo "bench/softroce_cat.sh: socat is needed" >&2; exit 1; }
 
@@ -135,12 +121,7 @@ to_json() {
 	done
 	printf ']}\n'
 }
-if [[ $json == yes && -z $json_file ]]; then
-	to_json
-else
-	table
-	[[ -n $json_file ]] && to_json >"$json_file"
-fi
+emit_results
 fail=0
 for r in "${rows[@]}"; do [[ ${ok[$r]} == 1 ]] || fail=1; done
 exit $fail

@@ -15,25 +15,11 @@
 # env: RDMASHIM_BUILD, BENCH_CROSS_SMP (vCPUs per guest, default 1: two guests
 #      on two host cores), RSPRELOAD (librspreload.so), BENCH_CROSS_REPLAY (a
 #      run folder of tests/softroce/vm, runs/<id>: its table again, no boot)
-set -euo pipefail
 here=$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")
-source "$here/../scripts/lib.sh"
-source "$here/../tests/softroce/lib.sh"
+source "$here/lib/softroce_bench.sh"
 
-size=64 iters=2000 json=no json_file=""
-usage() { echo "usage: bench/softroce_cross.sh [--size BYTES] [--iters N] [--json [FILE]]" >&2; exit 2; }
-while (($#)); do
-	case $1 in
-	--size) size=${2:?}; shift 2 ;;
-	--iters) iters=${2:?}; shift 2 ;;
-	--json)
-		json=yes
-		if [[ -n ${2:-} && $2 != -* ]]; then json_file=$2; shift; fi
-		shift ;;
-	*) usage ;;
-	esac
-done
-export RDMASHIM_BUILD
+size=64 iters=2000
+bench_opts "bench/softroce_cross.sh [--size BYTES] [--iters N] [--json [FILE]]" size iters -- "$@"
 [[ -x $RDMASHIM_BUILD/bin/tcpPingPong ]] || { echo "bench/softroce_cross.sh: build first (./scripts/test)" >&2; exit 1; }
 
 export RDMASHIM_VM_SMP=${BENCH_CROSS_SMP:-1}
@@ -51,70 +37,17 @@ fi
 load_after=$(cut -d' ' -f1 /proc/loadavg)
 ((st == 0)) || { echo "bench/softroce_cross.sh: the guests failed (vm run2 exit $st):" >&2; printf '%s\n' "$out" >&2; exit 1; }
 
-# Each row: OK RATE P50 P99 WHY (rates in round trips/s, times in us).
-declare -A ok rate p50 p99 why note
-row() { # NAME EXPECTED_CLIENT_TRANSPORT ("" for any)
-	local c s j t st w
-	c=$(result "$out" "xrow.$1.client") s=$(result "$out" "xrow.$1.server")
-	j=$(kv "$c" json) t=$(kv "$c" transport) st=$(kv "$s" transport)
-	ok[$1]=0 note[$1]=""
-	if [[ $(kv "$c" rc) != 0 || -z $(jf "$j" round_trips_per_s) ]]; then
-		why[$1]="exit $(kv "$c" rc): $(kv "$c" log | tr '|_' '  ' | cut -c1-120)"
-	elif [[ -n $2 && $t != "$2" ]]; then
-		why[$1]="client logged ${t:-nothing} (server ${st:-nothing}), expected $2"
-	elif [[ $2 == verbs && $st != verbs ]]; then
-		why[$1]="server logged ${st:-nothing}, expected verbs"
-	else
-		ok[$1]=1 rate[$1]=$(jf "$j" round_trips_per_s) p50[$1]=$(jf "$j" p50_us) p99[$1]=$(jf "$j" p99_us)
-		if [[ -n $t ]]; then
-			w=$(kv "$c" why)
-			note[$1]="client $t${w:+ (${w//_/ })}, server $st"
-		fi
-	fi
-}
-row tcp ""
-row auto tcp:policy
-row shim verbs
-row rspreload ""
-# ib_write_lat: one-way latency, half its write ping-pong's round trip.
-c=$(result "$out" xrow.ib_write_lat.client)
-raw=$(kv "$c" raw)
-ok[ibl]=0
-if [[ $(kv "$c" rc) == 0 && $raw == *,*,* ]]; then
-	IFS=, read -r _ _ _ _ ttyp tavg _ t99 _ <<<"$raw"
-	ok[ibl]=1
-	rate[ibl]=$(awk -v a="$tavg" 'BEGIN { printf "%.1f", 1e6 / (2 * a) }')
-	p50[ibl]=$(awk -v a="$ttyp" 'BEGIN { printf "%.3f", 2 * a }')
-	p99[ibl]=$(awk -v a="$t99" 'BEGIN { printf "%.3f", 2 * a }')
-else
-	why[ibl]="exit $(kv "$c" rc): $(kv "$c" log | tr '|_' '  ' | cut -c1-120)"
-fi
+source "$here/lib/softroce_rows.sh"
+pingpong_row xrow.tcp tcp ""
+pingpong_row xrow.auto auto tcp:policy
+pingpong_row xrow.shim shim verbs
+pingpong_row xrow.rspreload rspreload ""
+ib_write_lat_row xrow.ib_write_lat
 
 rows=(tcp auto shim rspreload ibl)
-declare -A label=(
-	[tcp]="tcpPingPong (kernel TCP)"
-	[auto]="rdmashim run tcpPingPong (auto)"
-	[shim]="rdmashim run tcpPingPong (verbs)"
-	[rspreload]="librspreload tcpPingPong (rsocket)"
-	[ibl]="ib_write_lat (perftest) [1]"
-)
-ratio() { # RATE BASE_NAME -> "0.38x" or "-"
-	[[ -n $1 && ${ok[$2]} == 1 ]] || { echo -; return; }
-	awk -v a="$1" -v b="${rate[$2]}" 'BEGIN { printf "%.2fx", a / b }'
-}
 table() {
-	printf '\nPing-pong, %s-byte messages, between two Soft-RoCE guests (qemu TCG, %s vCPU each, one link), %s round trips per row\n\n' \
-		"$size" "$RDMASHIM_VM_SMP" "$iters"
-	printf '%-36s %14s %10s %10s %9s %8s\n' what "round trips/s" "p50 us" "p99 us" "vs ibwl" "vs TCP"
-	local r
-	for r in "${rows[@]}"; do
-		if [[ ${ok[$r]} == 1 ]]; then
-			printf '%-36s %14.0f %10.1f %10.1f %9s %8s\n' "${label[$r]}" "${rate[$r]}" "${p50[$r]}" "${p99[$r]}" \
-				"$(ratio "${rate[$r]}" ibl)" "$(ratio "${rate[$r]}" tcp)"
-		else
-			printf '%-36s failed: %s\n' "${label[$r]}" "${why[$r]}"
-		fi
-	done
+	print_rows "Ping-pong, $size-byte messages, between two Soft-RoCE guests (qemu TCG, $RDMASHIM_VM_SMP vCPU each, one link), $iters round trips per row" \
+		ibl "vs ibwl" tcp "vs TCP"
 	printf '\n'
 	for r in auto shim; do
 		if [[ -n ${note[$r]:-} ]]; then printf '%s: %s\n' "${label[$r]}" "${note[$r]}"; fi
@@ -123,25 +56,8 @@ table() {
 	printf 'Host load average (1 min) before/after: %s / %s (%s cores)\n\n' "$load_before" "$load_after" "$(nproc)"
 }
 to_json() {
-	local r sep=""
-	printf '{"bench":"softroce_cross","size":%s,"iters":%s,"vcpus_per_guest":%s,"host_load":[%s,%s],"rows":[' \
-		"$size" "$iters" "$RDMASHIM_VM_SMP" "$load_before" "$load_after"
-	for r in "${rows[@]}"; do
-		if [[ ${ok[$r]} == 1 ]]; then
-			printf '%s{"row":"%s","what":"%s","ok":true,"round_trips_per_s":%s,"p50_us":%s,"p99_us":%s,"vs_ib_write_lat":%s,"vs_tcp":%s}' \
-				"$sep" "$r" "${label[$r]}" "${rate[$r]}" "${p50[$r]}" "${p99[$r]}" \
-				"$(ratio "${rate[$r]}" ibl | tr -d x | sed 's/^-$/null/')" "$(ratio "${rate[$r]}" tcp | tr -d x | sed 's/^-$/null/')"
-		else
-			printf '%s{"row":"%s","what":"%s","ok":false,"error":"%s"}' "$sep" "$r" "${label[$r]}" "${why[$r]//\"/\'}"
-		fi
-		sep=,
-	done
-	printf ']}\n'
+	rows_json "$(printf '"bench":"softroce_cross","size":%s,"iters":%s,"vcpus_per_guest":%s,"host_load":[%s,%s]' \
+		"$size" "$iters" "$RDMASHIM_VM_SMP" "$load_before" "$load_after")" ibl vs_ib_write_lat tcp vs_tcp
 }
-if [[ $json == yes && -z $json_file ]]; then
-	to_json
-else
-	table
-	[[ -n $json_file ]] && to_json >"$json_file"
-fi
+emit_results
 exit 0
