@@ -57,16 +57,7 @@ sfirst_bound=${SFIRST_BOUND_US:-1000}
 [[ " ${parts[*]} " == *" sfirst "* && $name == softroce.discovery ]] && name=softroce.server_first
 envs="CROSS_PEERS=$peers MATRIX_BYTES=$matrix_bytes LARGE_BYTES=$large_bytes KILL_AFTER=${KILL_AFTER:-2} SFIRST_COUNT=$sfirst_count"
 cmd="$envs bash $STAGE/guest/cross.sh ${parts[*]}"
-st=0
-out=$("$VM" run2 --timeout "${CROSS_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
-printf '%s\n' "$out" | sed 's/^/  | /'
-
-fail=0
-check() { # NAME OK(0|1) DETAIL
-	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
-}
-yes_if() { if "$@"; then echo 1; else echo 0; fi; }
-((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
+run_both "$cmd" "${CROSS_TIMEOUT:-600}"
 
 # -- matrix: pair each cell's client (guest b) and server (guest a) lines.
 transport_ok() { # CELL CLIENT_T SERVER_T CLIENT_WHY SERVER_WHY
@@ -226,8 +217,4 @@ for g in a b; do
 		[[ -n $t ]] && echo "time: $p in guest $g: $(kv "$t" seconds) s"
 	done
 done
-if ((fail)); then
-	echo "$name: FAILED"
-	exit 1
-fi
-echo "$name: OK"
+finish "$name"

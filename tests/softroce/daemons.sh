@@ -11,18 +11,8 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
 softroce_skip_unless_vm
 softroce_stage
-install -m 755 "$RDMASHIM_BUILD/bin/forkingPingPong" "$STAGE/bin/forkingPingPong"
 cmd="bash $STAGE/guest/daemons.sh"
-st=0
-out=$("$VM" run2 --timeout "${DAEMONS_TIMEOUT:-400}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
-printf '%s\n' "$out" | sed 's/^/  | /'
-
-fail=0
-check() { # NAME OK(0|1) DETAIL
-	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
-}
-((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
-lines() { sed -n "s/^\(\[[ab]\] \)\{0,1\}@ $1 //p" <<<"$out"; }
+run_both "$cmd" "${DAEMONS_TIMEOUT:-400}"
 for shape in daemonize prefork; do
 	c=$(lines "dm.$shape.client" | tail -n 1) s=$(lines "dm.$shape.server" | tail -n 1)
 	cv=$(kv "$c" verbs) sv=$(kv "$s" verbs) served=$(kv "$s" served)
@@ -32,8 +22,4 @@ for shape in daemonize prefork; do
 		"client rc=$(kv "$c" rc) verbs=$cv not-advertised=$(kv "$c" notadv); server verbs=$sv served=$served"
 	((ok)) || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
 done
-if ((fail)); then
-	echo "softroce.daemons: FAILED"
-	exit 1
-fi
-echo "softroce.daemons: OK"
+finish "softroce.daemons"

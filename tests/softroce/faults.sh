@@ -21,7 +21,6 @@ out=$("$VM" run1 --timeout 800 -- "bash $STAGE/guest/faults.sh" 2>&1) || st=$?
 printf '%s\n' "$out" | sed 's/^/  | /'
 
 expected=32 # none, close-peer-gone, 9 + 2 client steps, 11 server ibv steps, 4 server cm steps, 2 x 2 blocking steps (guest/faults.sh)
-fail=0
 ((st == 0)) || { echo "FAIL: vm run1 exited $st"; fail=1; }
 cases=$(sed -n 's/^\(\[[ab]\] \)\{0,1\}@ \(fault\.[^ ]*\) rc=\([0-9]*\).*/\2 \3/p' <<<"$out")
 ran=$(grep -c . <<<"$cases" || true)
@@ -30,8 +29,4 @@ bad=$(awk '$2 != 0 { print $1 }' <<<"$cases")
 ((ran == expected)) || { echo "FAIL: $ran cases reported, expected $expected"; fail=1; }
 grep -q '@ fault\.done' <<<"$out" || { echo "FAIL: the guest did not finish"; fail=1; }
 echo "cases reported: $ran"
-if ((fail)); then
-	echo "softroce.faults: FAILED"
-	exit 1
-fi
-echo "softroce.faults: OK"
+finish "softroce.faults"

@@ -16,18 +16,8 @@ source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
 softroce_skip_unless_vm
 softroce_stage
-install -m 755 "$RDMASHIM_BUILD/bin/forkingPingPong" "$STAGE/bin/forkingPingPong"
 cmd="bash $STAGE/guest/forking.sh"
-st=0
-out=$("$VM" run2 --timeout "${FORKING_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) || st=$?
-printf '%s\n' "$out" | sed 's/^/  | /'
-
-fail=0
-check() { # NAME OK(0|1) DETAIL
-	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
-}
-((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
-lines() { sed -n "s/^\(\[[ab]\] \)\{0,1\}@ $1 //p" <<<"$out"; }
+run_both "$cmd" "${FORKING_TIMEOUT:-600}"
 # order_ok LOG WANT...: each wanted transport appears, in this order.
 order_ok() {
 	local log=$1 w n last=0
@@ -69,8 +59,4 @@ for shape in fork prefork daemonize; do
 		"client rc=$(kv "$c" rc) verbs=$cv; server rc=$(kv "$s" rc) verbs=$sv served=$served"
 	((ok)) || printf '      client: %s\n      server: %s\n' "$(kv "$c" log)" "$(kv "$s" log)"
 done
-if ((fail)); then
-	echo "softroce.forking: FAILED"
-	exit 1
-fi
-echo "softroce.forking: OK"
+finish "softroce.forking"

@@ -24,7 +24,7 @@ softroce_stage() {
 	# shellcheck disable=SC2064 # expand now: the path is fixed
 	trap "rm -rf '$STAGE'" EXIT
 	mkdir -p "$STAGE/bin" "$STAGE/lib" "$STAGE/guest"
-	for t in rdmashim tcpPingPong rdmaPingPong rdma_send rdma_recv matrix_peer; do
+	for t in rdmashim tcpPingPong rdmaPingPong forkingPingPong rdma_send rdma_recv matrix_peer; do
 		[[ -x $build/bin/$t ]] || { echo "FAIL: $build/bin/$t missing (build first)"; exit 1; }
 		install -m 755 "$build/bin/$t" "$STAGE/bin/$t"
 	done
@@ -45,3 +45,28 @@ kv() {
 }
 # jf JSON FIELD -> a number or a hex/plain string field of a one-line JSON object
 jf() { sed -n "s/.*\"$2\":\"\{0,1\}\([^\",}]*\)\"\{0,1\}.*/\1/p" <<<"$1"; }
+
+# The host side's verdict: check NAME OK(0|1) DETAIL prints "ok:" or "FAIL:"
+# and remembers a failure; finish NAME ends the test with it.
+fail=0
+check() {
+	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
+}
+yes_if() { if "$@"; then echo 1; else echo 0; fi; }
+finish() {
+	if ((fail)); then
+		echo "$1: FAILED"
+		exit 1
+	fi
+	echo "$1: OK"
+}
+# run_both CMD TIMEOUT: both guests run CMD (vm run2); $out is what they
+# printed, shown here indented, $st vm's exit status (not 0: a failed check).
+run_both() {
+	st=0
+	out=$("$VM" run2 --timeout "$2" -- "$1" -- "$1" 2>&1) || st=$?
+	printf '%s\n' "$out" | sed 's/^/  | /'
+	((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
+}
+# lines KEY -> the tail of every "@ KEY" line in $out (result: the last one).
+lines() { sed -n "s/^\(\[[ab]\] \)\{0,1\}@ $1 //p" <<<"$out"; }

@@ -52,11 +52,6 @@ out=$("$VM" run2 --timeout "${SERVERS_TIMEOUT:-600}" -- "$cmd" -- "$cmd" 2>&1) |
 wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 printf '%s\n' "$out" | sed 's/^/  | /'
 
-fail=0
-check() { # NAME OK(0|1) DETAIL
-	if [[ $2 == 1 ]]; then echo "ok:   $1 ($3)"; else echo "FAIL: $1 ($3)"; fail=1; fi
-}
-yes_if() { if "$@"; then echo 1; else echo 0; fi; }
 ((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
 
 # -- guest a: the servers came up
@@ -129,8 +124,4 @@ for g in a b; do
 	[[ -n $t ]] && echo "time: guest $g: $(kv "$t" seconds) s"
 done
 echo "time: wall (boot to poweroff, staging excluded): $wall s"
-if ((fail)); then
-	echo "softroce.servers: FAILED"
-	exit 1
-fi
-echo "softroce.servers: OK"
+finish "softroce.servers"
