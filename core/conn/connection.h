@@ -128,6 +128,7 @@ class Connection {
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.
   int64_t unread_bytes();
   int64_t unsent_bytes() const;
+  int64_t unread_before_ring();  // unread_bytes() while rx is not on the ring yet
   // SIOCATMARK on a ring: 1 at the urgent mark, 0 elsewhere; -1 when the kernel's answer stands.
   int at_mark();
 

@@ -5,8 +5,10 @@
 
 #include <poll.h>
 #include <sched.h>
+#include <sys/ioctl.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 
 #include "sys/calls.h"
@@ -264,12 +266,40 @@ uint64_t Connection::tx_progress() const {
 }
 
 int64_t Connection::unread_bytes() {
-  if (!rx_ring_.load(std::memory_order_acquire)) return -1;
+  if (!rx_ring_.load(std::memory_order_acquire)) return unread_before_ring();
   if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX && abort_if_data_after_shutdown()) {
     uint64_t pos = ring_->link().own_head(), end = shut_tail_.load(std::memory_order_acquire);
     return pos < end ? static_cast<int64_t>(end - pos) : 0;
   }
   return static_cast<int64_t>(ring_->unread_hint());
+}
+
+// Before the ring the kernel's count holds the handshake's bytes (an Ack of
+// 64 bytes right after connect(); wrk then reads and fails), or frame
+// headers: what a read would return at once, advancing the handshake as a
+// non-blocking read would. A reader in the middle of a call holds rx_mu_:
+// 0 then, as if the bytes had not come yet (never more than a read gives).
+int64_t Connection::unread_before_ring() {
+  std::unique_lock<std::mutex> lock(rx_mu_, std::try_to_lock);
+  if (!lock.owns_lock()) return 0;
+  follow_sibling_switch_rx();
+  if (rx_ == Rx::kDetectHello) (void)detect_hello(MSG_DONTWAIT, false);
+  else if (rx_ == Rx::kAwaitAck) (void)await_ack(MSG_DONTWAIT, false);
+  int queued = 0;
+  switch (rx_) {
+    case Rx::kRaw:
+      return -1;
+    case Rx::kRing:
+      lock.unlock();
+      return rx_ring_.load(std::memory_order_acquire) ? unread_bytes() : 0;
+    case Rx::kFramed:
+      if (rx_frame_left_ == 0 || sys::real().ioctl(fd_, FIONREAD, &queued) != 0 || queued < 0) return 0;
+      return std::min<int64_t>(rx_frame_left_, queued);
+    case Rx::kDetectHello:
+    case Rx::kAwaitAck:
+      break;
+  }
+  return 0;  // a handshake message not whole yet
 }
 
 int64_t Connection::unsent_bytes() const {

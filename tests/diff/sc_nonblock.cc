@@ -590,6 +590,46 @@ SCENARIO(fionread_siocinq, 2) {
       });
 }
 
+// FIONREAD before the first byte, on a fresh connection (no warm-up): the
+// client's Hello waits in the server's socket, then the server's Ack (64
+// bytes) in the client's; the kernel counts them, a program must not (wrk
+// read and counted an error). Then the first data, counted and read.
+SCENARIO(fionread_fresh, 2) {
+  PairOpts cold;
+  cold.warm = false;
+  run_pair(
+      [](Pair& p) {
+        p.ctl.sync();  // the client connected (under rdmashim its Hello is here)
+        usleep(50 * 1000);
+        int n = -1;
+        auto r = E(ioctl(p.fd, FIONREAD, &n));
+        T("server FIONREAD before any data = %s, value %d", r.c_str(), n);
+        char buf[16];
+        T("server recv(MSG_DONTWAIT) = %s", E(recv(p.fd, buf, sizeof buf, MSG_DONTWAIT)).c_str());
+        p.ctl.sync();
+        p.ctl.sync();  // the client looked
+        write_all(p.fd, "hello", 5);
+        p.ctl.sync();
+      },
+      [](Pair& p) {
+        p.ctl.sync();
+        p.ctl.sync();  // the server has read (and under rdmashim answered the Hello)
+        usleep(100 * 1000);
+        int n = -1;
+        auto r = E(ioctl(p.fd, FIONREAD, &n));
+        T("FIONREAD before any data = %s, value %d", r.c_str(), n);
+        p.ctl.sync();
+        p.ctl.sync();  // the server wrote 5 bytes
+        poll_until(p.fd, POLLIN, POLLIN);
+        uint64_t end = now_ms() + kBoundMs;
+        while (ioctl(p.fd, FIONREAD, &n) == 0 && n < 5 && now_ms() < end) usleep(1000);
+        T("FIONREAD once readable = %d", n);
+        char buf[16];
+        T("read = %s", Rn(read(p.fd, buf, sizeof buf), buf).c_str());
+      },
+      cold);
+}
+
 SCENARIO(siocoutq, 2) {
   run_pair(
       [](Pair& p) {
