@@ -339,3 +339,33 @@ def servers(root, build, duration, rows):
         return {"rows": [], "skipped": p.returncode == 77,
                 "error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
     return {"rows": out}
+
+
+def verbs(root, build, out):
+    """The Soft-RoCE ping-pong tables (bench/softroce.sh: one guest, then two
+    guests, in qemu), from their JSON. Each row's kind is "1guest:<row>" or
+    "2guests:<row>" (tcp, shim, rspreload, core, ibl, auto)."""
+    path = os.path.join(out, "softroce.json")
+    env = dict(os.environ, RDMASHIM_BUILD=build)
+    try:
+        p = subprocess.run([os.path.join(root, "bench", "softroce.sh"), "--json", path], env=env,
+                           capture_output=True, text=True, timeout=2400)
+    except subprocess.TimeoutExpired:
+        return {"rows": [], "error": "bench/softroce.sh ran past 40 minutes"}
+    if p.returncode == 77:
+        return {"rows": [], "skipped_reason": "no qemu guests here: " + (p.stdout + p.stderr).strip()[-300:]}
+    rows, tables = [], {}
+    for key, f in (("1guest", path), ("2guests", path + ".cross")):
+        try:
+            with open(f) as fh:
+                t = json.loads(fh.readline())
+        except (OSError, ValueError):
+            continue
+        tables[key] = {k: v for k, v in t.items() if k != "rows"}
+        for r in t["rows"]:
+            result = {k: v for k, v in r.items() if isinstance(v, (int, float)) and not isinstance(v, bool)}
+            rows.append({"kind": f"{key}:{r['row']}", "what": r["what"], "result": result if r["ok"] else None,
+                         "error": r.get("error")})
+    if not rows:
+        return {"rows": [], "error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
+    return {"rows": rows, "tables": tables, "table_text": p.stdout}

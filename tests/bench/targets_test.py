@@ -14,7 +14,7 @@ KINDS = ["tcp", "unix", "preload", "core"]
 
 
 def results(pp=(20e3, 60e3, 2.2e6, 2.4e6), stream_64k=(2.5e9, 5e9, 11e9, 12e9), conn=(8000, 0, 8800, 0),
-            msg_preload=None, pairs4=(100e3, 200e3)):
+            msg_preload=None, pairs4=(100e3, 200e3), verbs=(24e3, 29e3, 1650, 1694)):
     lat = [{"kind": k, "size": 64, "result": {"round_trips_per_s": v}} for k, v in zip(KINDS, pp)]
     cold = [{"kind": k, "rep": 0, "result": {"round_trips_per_s": v}} for k, v in zip(KINDS, (20e3, 60e3, 1.1e6, 1.2e6))]
     msg_preload = msg_preload or {1: 9e6, 4: 9e6, 16: 8.9e6, 64: 8.8e6}
@@ -39,6 +39,8 @@ def results(pp=(20e3, 60e3, 2.2e6, 2.4e6), stream_64k=(2.5e9, 5e9, 11e9, 12e9), 
             "paced": {"rows": [{"kind": "preload", "fraction": 0.5, "rep": 0, "result": {"achieved_ratio": 0.97}}]},
             "servers": {"rows": [{"workload": "pgbench -S, 8 clients", "ratio": 1.4, "bg": "0.1"},
                                  {"workload": "redis GET, 50 clients", "ratio": 2.0, "bg": "0.1"}]},
+            "verbs": {"rows": [{"kind": k, "result": {"round_trips_per_s": v}}
+                               for k, v in zip(("1guest:shim", "1guest:ibl", "2guests:auto", "2guests:tcp"), verbs)]},
         },
     }
 
@@ -62,10 +64,11 @@ for fig, v in [("64 B ping-pong, steady", "PASS"), ("64 B ping-pong, 20,000 iter
                ("connections/s", "PASS"), ("memory per idle connection", "PASS"),
                ("descriptors per upgraded connection", "PASS"), ("pgbench -S, 8 clients", "PASS"),
                ("redis GET, 50 clients", "FAIL"), ("nginx + wrk, 16 keep-alive connections", "SKIP"),
-               ("4 ping-pong pairs on 2 cores", "PASS"), ("paced stream within 5% of target (rdmashim)", "PASS")]:
+               ("4 ping-pong pairs on 2 cores", "PASS"), ("paced stream within 5% of target (rdmashim)", "PASS"),
+               ("verbs 64 B ping-pong, one Soft-RoCE guest", "PASS"), ("across two Soft-RoCE guests, auto", "PASS")]:
     expect(good, fig, v, "good results")
-if len(R.targets(good)) != 14:
-    failures.append(f"{len(R.targets(good))} target rows, expected 14")
+if len(R.targets(good)) != 16:
+    failures.append(f"{len(R.targets(good))} target rows, expected 16")
 
 expect(results(pp=(20e3, 60e3, 1.9e6, 2.0e6)), "64 B ping-pong, steady", "FAIL", "95x TCP")
 expect(results(pp=(20e3, 60e3, 2.2e6, 2.9e6)), "64 B ping-pong, steady", "FAIL", "0.76x the core API")
@@ -75,6 +78,8 @@ expect(results(stream_64k=(1e9, 5e9, 7e9, 12e9)), "64 KiB stream", "FAIL", "0.7x
 expect(results(msg_preload={1: 6e6, 4: 9e6, 16: 9e6, 64: 9e6}), "64 B message rate", "FAIL", "the rate falls at 1 B")
 expect(results(conn=(8000, 0, 7000, 0)), "connections/s", "FAIL", "0.875x TCP")
 expect(results(pairs4=(100e3, 90e3)), "4 ping-pong pairs on 2 cores", "FAIL", "0.9x TCP")
+expect(results(verbs=(16.5e3, 29e3, 1650, 1694)), "verbs 64 B ping-pong, one Soft-RoCE guest", "FAIL", "0.57x ib_write_lat")
+expect(results(verbs=(24e3, 29e3, 650, 1694)), "across two Soft-RoCE guests, auto", "FAIL", "auto on verbs: 0.38x TCP")
 bad_fds = results()
 bad_fds["sections"]["descriptors"]["rows"][1]["result"]["server_fds"] = 403
 expect(bad_fds, "descriptors per upgraded connection", "FAIL", "3 extra descriptors per connection")
@@ -83,6 +88,8 @@ del missing["sections"]["latency"]
 expect(missing, "64 B ping-pong, steady", "SKIP", "no latency section")
 missing["sections"]["servers"] = {"rows": [], "skipped_reason": "--no-servers"}
 expect(missing, "pgbench -S, 8 clients", "SKIP", "servers skipped")
+missing["sections"]["verbs"] = {"rows": [], "skipped_reason": "not run"}
+expect(missing, "verbs 64 B ping-pong, one Soft-RoCE guest", "SKIP", "verbs not run")
 
 for f in failures:
     print("FAIL:", f)
