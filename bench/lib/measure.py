@@ -317,25 +317,31 @@ def memcpy_bytes_per_s(mib=64, reps=8):
     return best
 
 
-def servers(root, build, duration, rows):
-    """bench/servers' rows (PostgreSQL, Redis; TCP vs rdmashim), parsed from its table."""
+# One row of bench/servers' table: workload, TCP tx/s, CPU us/tx, shim tx/s,
+# CPU us/tx, ratio, bg, shm conns (on shm/all), target, result.
+SERVER_ROW = re.compile(r"^((?:pgbench|redis|nginx).*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+(\S+)"
+                        r"\s+(\d+)/(\d+)\s+(\S+)\s+(.*)$")
+
+
+def servers(root, build, duration, rows, only=None, install=True):
+    """bench/servers' rows (PostgreSQL, Redis, nginx; TCP vs rdmashim), parsed from its table."""
     env = dict(os.environ, RDMASHIM_BUILD=build)
     args = [os.path.join(root, "bench", "servers"), "--duration", str(duration)] + (["--rows", rows] if rows else [])
+    args += (["--only", only] if only else []) + ([] if install else ["--no-install"])
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
     out = []
     for line in p.stdout.splitlines():
-        if not re.match(r"^(pgbench|redis)", line):
+        m = SERVER_ROW.match(line)
+        if not m:
             continue
-        name = line[:26].rstrip()
-        f = line[26:].split()
-        # TCP tx/s, CPU us/tx, shim tx/s, CPU us/tx, ratio, bg, target, result
-        try:
-            out.append({"workload": name, "tcp_tx_per_s": float(f[0]), "tcp_cpu_us_per_tx": float(f[1]),
-                        "preload_tx_per_s": float(f[2]), "preload_cpu_us_per_tx": float(f[3]),
-                        "ratio": float(f[4].rstrip("x")), "bg": f[5]})
-        except (IndexError, ValueError):
-            continue
+        f = m.groups()
+        shm, conns = int(f[7]), int(f[8])
+        out.append({"workload": f[0], "tcp_tx_per_s": float(f[1]), "tcp_cpu_us_per_tx": float(f[2]),
+                    "preload_tx_per_s": float(f[3]), "preload_cpu_us_per_tx": float(f[4]), "ratio": float(f[5]),
+                    "bg": f[6], "shm_conns": shm, "conns": conns, "upgraded": shm > 0, "verdict": f[10].strip()})
     if not out:
-        return {"rows": [], "skipped": p.returncode == 77,
-                "error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
+        why = (p.stdout + p.stderr).strip()
+        if p.returncode == 77:  # a package missing: "SKIP: ..."
+            return {"rows": [], "skipped_reason": next((l[6:] for l in why.splitlines() if l.startswith("SKIP: ")), why[-400:])}
+        return {"rows": [], "error": f"exit {p.returncode}: {why[-400:]}"}
     return {"rows": out}

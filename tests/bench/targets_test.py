@@ -14,7 +14,7 @@ KINDS = ["tcp", "unix", "preload", "core"]
 
 
 def results(pp=(20e3, 60e3, 2.2e6, 2.4e6), stream_64k=(2.5e9, 5e9, 11e9, 12e9), conn=(8000, 0, 8800, 0),
-            msg_preload=None, pairs4=(100e3, 200e3)):
+            msg_preload=None, pairs4=(100e3, 200e3), nginx=(1.6, 16, 16)):
     lat = [{"kind": k, "size": 64, "result": {"round_trips_per_s": v}} for k, v in zip(KINDS, pp)]
     cold = [{"kind": k, "rep": 0, "result": {"round_trips_per_s": v}} for k, v in zip(KINDS, (20e3, 60e3, 1.1e6, 1.2e6))]
     msg_preload = msg_preload or {1: 9e6, 4: 9e6, 16: 8.9e6, 64: 8.8e6}
@@ -38,7 +38,9 @@ def results(pp=(20e3, 60e3, 2.2e6, 2.4e6), stream_64k=(2.5e9, 5e9, 11e9, 12e9), 
             "busy": {"rows": busy},
             "paced": {"rows": [{"kind": "preload", "fraction": 0.5, "rep": 0, "result": {"achieved_ratio": 0.97}}]},
             "servers": {"rows": [{"workload": "pgbench -S, 8 clients", "ratio": 1.4, "bg": "0.1"},
-                                 {"workload": "redis GET, 50 clients", "ratio": 2.0, "bg": "0.1"}]},
+                                 {"workload": "redis GET, 50 clients", "ratio": 2.0, "bg": "0.1"},
+                                 {"workload": "nginx 1 KiB, 16 keep-alive", "ratio": nginx[0], "bg": "0.1",
+                                  "shm_conns": nginx[1], "conns": nginx[2]}]},
         },
     }
 
@@ -61,7 +63,7 @@ for fig, v in [("64 B ping-pong, steady", "PASS"), ("64 B ping-pong, 20,000 iter
                ("vs Unix domain sockets, 64 B ping-pong", "PASS"), ("64 KiB stream", "PASS"), ("64 B message rate", "PASS"),
                ("connections/s", "PASS"), ("memory per idle connection", "PASS"),
                ("descriptors per upgraded connection", "PASS"), ("pgbench -S, 8 clients", "PASS"),
-               ("redis GET, 50 clients", "FAIL"), ("nginx + wrk, 16 keep-alive connections", "SKIP"),
+               ("redis GET, 50 clients", "FAIL"), ("nginx + wrk, 16 keep-alive connections", "PASS"),
                ("4 ping-pong pairs on 2 cores", "PASS"), ("paced stream within 5% of target (rdmashim)", "PASS")]:
     expect(good, fig, v, "good results")
 if len(R.targets(good)) != 14:
@@ -75,6 +77,9 @@ expect(results(stream_64k=(1e9, 5e9, 7e9, 12e9)), "64 KiB stream", "FAIL", "0.7x
 expect(results(msg_preload={1: 6e6, 4: 9e6, 16: 9e6, 64: 9e6}), "64 B message rate", "FAIL", "the rate falls at 1 B")
 expect(results(conn=(8000, 0, 7000, 0)), "connections/s", "FAIL", "0.875x TCP")
 expect(results(pairs4=(100e3, 90e3)), "4 ping-pong pairs on 2 cores", "FAIL", "0.9x TCP")
+expect(results(nginx=(1.4, 16, 16)), "nginx + wrk, 16 keep-alive connections", "FAIL", "nginx 1.4x TCP")
+expect(results(nginx=(1.6, 0, 16)), "nginx + wrk, 16 keep-alive connections", "FAIL", "nginx faster but nothing on shm")
+expect(results(nginx=(1.6, 12, 16)), "nginx + wrk, 16 keep-alive connections", "FAIL", "nginx: 4 connections on TCP")
 bad_fds = results()
 bad_fds["sections"]["descriptors"]["rows"][1]["result"]["server_fds"] = 403
 expect(bad_fds, "descriptors per upgraded connection", "FAIL", "3 extra descriptors per connection")
@@ -83,6 +88,10 @@ del missing["sections"]["latency"]
 expect(missing, "64 B ping-pong, steady", "SKIP", "no latency section")
 missing["sections"]["servers"] = {"rows": [], "skipped_reason": "--no-servers"}
 expect(missing, "pgbench -S, 8 clients", "SKIP", "servers skipped")
+expect(missing, "nginx + wrk, 16 keep-alive connections", "SKIP", "servers skipped")
+no_nginx = results()
+no_nginx["sections"]["servers"]["rows"].pop()
+expect(no_nginx, "nginx + wrk, 16 keep-alive connections", "SKIP", "no nginx row")
 
 for f in failures:
     print("FAIL:", f)
