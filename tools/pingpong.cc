@@ -28,7 +28,8 @@ void usage(const char* tool, bool with_transport) {
           with_transport ? "\n         --transport auto|shm|verbs|tcp"
                          : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)"
                            "\n         --connects N (with --local: N times connect, one exchange, close)"
-                           "\n           [--then N [--gap-ms MS]]: then, MS later, one connection of N round trips"
+                           "\n           [--then N [--gap-ms MS] [--busy K]]: then, MS later, K connections (default 1)"
+                           "\n           at once, a thread each, of N round trips each"
                            "\n         --hold N (with --local: N connections open at once, count descriptors)"
                            "\n         --unix (with --local: an abstract Unix socket instead of loopback TCP)");
 }
@@ -110,6 +111,9 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
     } else if (!with_transport && (a == "--then" || a == "--gap-ms")) {
       if (!value(&v) || v > 100000000) return usage(tool, with_transport), false;
       (a == "--then" ? o->then_iters : o->gap_ms) = v;
+    } else if (!with_transport && a == "--busy") {
+      if (!value(&v) || v == 0 || v > 64) return usage(tool, with_transport), false;
+      o->busy = v;
     } else if (!with_transport && a == "--wait" && i + 1 < argc) {
       o->wait = argv[++i];
       if (o->wait != "block" && o->wait != "poll" && o->wait != "epoll") {

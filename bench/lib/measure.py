@@ -73,7 +73,9 @@ class Tools:
             r["upgraded"] = bool(re.search(r"-> shm", p.stderr))
             r["shm_sides"] = len(re.findall(r"-> shm", p.stderr))  # one line per side per connection
             clients = re.findall(r"\(client\) -> (\S+)", p.stderr)
-            r["last_client_shm"] = bool(clients) and clients[-1] == "shm"  # the last connection (--then's busy one)
+            # --then's busy connections are the last ones the client opened
+            busy = r.get("then_busy", 0) if "then_round_trips_per_s" in r else 0
+            r["then_client_shm"] = sum(c == "shm" for c in clients[len(clients) - busy:]) if busy else 0
         return r
 
 
@@ -267,19 +269,21 @@ def descriptors(t, n):
     return out
 
 
-def scale(t, n, busy_iters):
+def scale(t, n, busy_iters, busy=10):
     """n connections open at once in one client process against one server
     (tcpPingPong --hold, soft RLIMIT_NOFILE raised to the hard limit): how
-    many upgraded, descriptors and resident memory per connection, and one
-    busy connection beside them (--then: busy_iters 64 B round trips, its
-    rate and p99), against the same with one idle connection (idle=1)."""
+    many upgraded, descriptors and resident memory per connection, and
+    `busy` busy connections beside them (--then --busy: busy_iters 64 B
+    round trips each, all at once, a thread each on both sides; their total
+    rate and the p99 of all their round trips), against the same with one
+    idle connection (idle=1)."""
     out = []
     lim = resource.getrlimit(resource.RLIMIT_NOFILE)
     for idle in (n, 1):
         for kind in ["tcp", "preload"]:
             resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
             try:
-                r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters)], timeout=300)
+                r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters), "--busy", str(busy)], timeout=300)
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, lim)
             if r:

@@ -356,10 +356,12 @@ def summary(res, made):
     if sc:
         n = cfg["scale"]
         md += [f"## Scale: {n:,} connections open at once, one client process, one server process", "",
-               "`tcpPingPong --hold N --then M`, soft RLIMIT_NOFILE raised to the hard limit "
-               f"({one(sc, 'nofile_limit', kind='tcp')}); one exchange each, then idle; then one busy connection "
-               f"beside them makes {cfg['scale_busy']:,} round trips of 64 B (p99 against the same beside 1 idle one).", "",
-               "| kind | idle | upgraded to shm (both sides) | client fds | server fds | client RSS | server RSS | busy RT/s | busy p99 |",
+               f"`tcpPingPong --hold N --then M --busy {cfg['scale_busy_conns']}`, soft RLIMIT_NOFILE raised to the hard limit "
+               f"({one(sc, 'nofile_limit', kind='tcp')}); one exchange each, then idle; then {cfg['scale_busy_conns']} busy "
+               f"connections at once beside them (`--busy {cfg['scale_busy_conns']}`, a thread each on both sides) make "
+               f"{cfg['scale_busy']:,} round trips of 64 B each: their total rate and the p99 of all their round trips, "
+               "against the same beside 1 idle one.", "",
+               "| kind | idle | upgraded to shm (both sides) | client fds | server fds | client RSS | server RSS | busy RT/s (total) | busy p99 |",
                "|---|---|---|---|---|---|---|---|---|"]
         for idle in (n, 1):
             for k in ("tcp", "preload"):
@@ -368,22 +370,27 @@ def summary(res, made):
                     md.append(f"| {LABEL[k]} | {idle:,} | failed | | | | | | |")
                     continue
                 r = r[0]
-                up = f"{r.get('shm_sides', 0) // 2:,} of {idle + 1:,}" if k == "preload" else "-"
+                up = f"{r.get('shm_sides', 0) // 2:,} of {idle + cfg['scale_busy_conns']:,}" if k == "preload" else "-"
                 md.append(f"| {LABEL[k]} | {idle:,} | {up} | {r.get('client_fds', 0):,} | {r.get('server_fds', 0):,} | "
                           f"{r.get('client_rss_kb', 0) / 1024:.1f} MiB | {r.get('server_rss_kb', 0) / 1024:.1f} MiB | "
                           f"{r.get('then_round_trips_per_s', 0):,.0f} | {r.get('then_p99_us', 0):.1f} us |")
         t_, p_ = (pick(sc, kind=k, idle=n) for k in ("tcp", "preload"))
+        t1, p1 = (pick(sc, kind=k, idle=1) for k in ("tcp", "preload"))
         if t_ and p_:
             t_, p_ = t_[0], p_[0]
-            # the idle ones upgraded (the busy one, counted in shm_sides when it took shm, came after the counts)
-            up = max(1, p_.get("shm_sides", 0) // 2 - (1 if p_.get("last_client_shm") else 0))
+            # the idle ones upgraded (the busy ones, counted in shm_sides when they took shm, came after the counts)
+            up = max(1, p_.get("shm_sides", 0) // 2 - p_.get("then_client_shm", 0))
+            alone = lambda r: f"{r[0].get('then_p99_us', 0):.1f} us" if r else "failed"
             per = lambda f: (p_.get(f, 0) - t_.get(f, 0)) / up
             md += ["", f"Per upgraded idle connection ({up:,} of {n:,}; the descriptor budget keeps the rest on TCP "
                        f"under the hard limit), rdmashim minus TCP: client {per('client_fds'):+.2f} fds, "
                        f"{per('client_rss_kb'):+.1f} KiB resident; server {per('server_fds'):+.2f} fds, "
-                       f"{per('server_rss_kb'):+.1f} KiB (resident counts the ring pages touched). Busy connection's "
-                       f"p99 beside {n:,} idle: TCP {t_.get('then_p99_us', 0):.1f} us, rdmashim {p_.get('then_p99_us', 0):.1f} us "
-                       f"({'on shm' if p_.get('last_client_shm') else 'kept on TCP by the descriptor budget'})."]
+                       f"{per('server_rss_kb'):+.1f} KiB (resident counts the ring pages touched). The "
+                       f"{cfg['scale_busy_conns']} busy connections' p99 beside {n:,} idle: TCP {t_.get('then_p99_us', 0):.1f} us, "
+                       f"rdmashim {p_.get('then_p99_us', 0):.1f} us ({p_.get('then_client_shm', 0)} of {cfg['scale_busy_conns']} on shm"
+                       f"{'' if p_.get('then_client_shm', 0) == cfg['scale_busy_conns'] else ', the rest kept on TCP by the descriptor budget'}"
+                       "); beside 1 idle: "
+                       f"TCP {alone(t1)}, rdmashim {alone(p1)}."]
         md.append("")
     mi = s.get("micro", {}).get("rows", [])
     if mi:
@@ -406,8 +413,7 @@ def summary(res, made):
         md.append(f"Not measured: {srv.get('skipped_reason') or srv.get('error') or 'no rows'}.")
     md += ["", "## Not in this suite yet", ""]
     md += [f"- {name}: {s[name]['skipped_reason']}" for name in ("scale", "micro") if s.get(name, {}).get("skipped_reason")]
-    md += ["- scale: one busy connection beside the idle ones, not ten",
-           "- verbs: the one- and two-guest Soft-RoCE tables are bench/softroce.sh and bench/softroce_cat.sh (qemu guests), "
+    md += ["- verbs: the one- and two-guest Soft-RoCE tables are bench/softroce.sh and bench/softroce_cat.sh (qemu guests), "
            "linked here, not run"]
     if made:
         md += ["", "## Plots", ""] + [f"![{cap}]({f})" for f, cap in made]

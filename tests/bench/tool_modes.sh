@@ -6,8 +6,9 @@
 #   p999_us                 p50 <= p99 <= p99.9 <= max
 #   --stream --rate B       the achieved rate is within 5% of B
 #   rdmaPingPong --stream   every byte over shm
-#   --hold N --then M       under rdmashim: the idle ones upgraded, resident
-#                           memory of both sides, the busy one's rate and p99
+#   --hold N --then M --busy K  under rdmashim: the idle ones and the K busy
+#                           ones upgraded (a line per side each), resident
+#                           memory of both sides, the busy ones' rate and p99
 set -euo pipefail
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
 bin=$build/bin
@@ -42,8 +43,9 @@ check "$work/paced.json" 'abs(d["bytes_per_s"] / 50e6 - 1) <= 0.05'
 "$bin/rdmaPingPong" --local --json --stream --size 65536 --bytes 64m >"$work/core.json"
 check "$work/core.json" 'd["transport"] == "shm" and d["bytes"] == 64 << 20 and d["bytes_per_s"] > 0'
 
-RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --json --hold 20 --then 1000 \
+RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --json --hold 20 --then 1000 --busy 10 \
   >"$work/hold.json" 2>"$work/hold.err"
-[ "$(grep -c -- '-> shm' "$work/hold.err")" -eq 42 ] || fail "--hold 20 --then: not all 21 connections on shm: $(cat "$work/hold.err")"
-check "$work/hold.json" 'd["client_rss_kb"] > 0 and d["server_rss_kb"] > 0 and d["then_round_trips_per_s"] > 0 and d["then_p99_us"] > 0'
-echo "ok: --unix, --ms, p999_us, --rate, rdmaPingPong --stream, --hold --then"
+[ "$(grep -c -- '-> shm' "$work/hold.err")" -eq 60 ] ||
+  fail "--hold 20 --then --busy 10: not all 30 connections on shm: $(cat "$work/hold.err")"
+check "$work/hold.json" 'd["client_rss_kb"] > 0 and d["server_rss_kb"] > 0 and d["then_round_trips_per_s"] > 0 and d["then_p99_us"] > 0 and d["then_busy"] == 10'
+echo "ok: --unix, --ms, p999_us, --rate, rdmaPingPong --stream, --hold --then --busy"
