@@ -117,14 +117,22 @@ def warmup_for(size, most):
     return most if size <= 4096 else max(20, min(most, int(4e7 // size)))
 
 
+CONVERGED = 0.05  # a latency row converged when its two halves' rates are this close
+
+
 def latency(t, size_list, ms, warmup, kinds=KINDS):
-    """Ping-pong per size: round trips/s, p50/p99/p99.9 after warm-up, and
-    the warm-up itself (rate of the first 1,000, time until steady)."""
+    """Ping-pong per size: round trips/s, p50/p99/p99.9 after warm-up, the
+    warm-up itself (rate of the first 1,000, time until steady), and whether
+    the rate had stopped moving: the second half of the measured round trips
+    against the first (half_change; converged within CONVERGED)."""
     out = []
     for size in size_list:
         for kind in kinds:
             r = t.run(kind, ["--size", str(size), "--iters", "100000000", "--warmup", str(warmup_for(size, warmup)),
                              "--ms", str(ms)])
+            if r and r.get("first_half_per_s"):
+                r["half_change"] = r["second_half_per_s"] / r["first_half_per_s"] - 1
+                r["converged"] = abs(r["half_change"]) <= CONVERGED
             out.append({"kind": kind, "size": size, "result": r})
     return out
 

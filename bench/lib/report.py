@@ -4,7 +4,7 @@ import csv
 import json
 import os
 
-from measure import KINDS, median, warmup_for
+from measure import CONVERGED, KINDS, median, warmup_for
 
 LABEL = {"tcp": "TCP loopback", "unix": "Unix socket", "preload": "rdmashim (preload)",
          "preload-every": "rdmashim, every conn. upgraded", "core": "rdmashim core API"}
@@ -266,6 +266,26 @@ def sweep_table(rows, field, fmt, kinds=KINDS):
     return "\n".join(lines)
 
 
+def convergence_cell(results):
+    r = results[0] if results else None
+    if not r or "half_change" not in r:
+        return "-"
+    return f"{r['half_change']:+.1%}" + ("" if r["converged"] else " **NOT CONVERGED**")
+
+
+def not_converged_line(res):
+    """The latency rows whose rate was still moving (halves more than CONVERGED apart)."""
+    lat = res["sections"].get("latency", {}).get("rows", [])
+    bad = [f"{fmt_size(r['size'])} {LABEL[r['kind']]} ({r['result']['half_change']:+.1%})" for r in lat
+           if r.get("result") and r["result"].get("converged") is False]
+    if not lat:
+        return "Latency: not measured."
+    if bad:
+        return (f"Latency rows NOT CONVERGED (the second half of the measured window more than {CONVERGED:.0%} from the "
+                f"first): {', '.join(bad)}; their figures were still moving.")
+    return f"Latency: every row converged (the two halves of each measured window within {CONVERGED:.0%})."
+
+
 def summary(res, made):
     m, cfg = res["machine"], res["config"]
     s = res["sections"]
@@ -277,7 +297,7 @@ def summary(res, made):
           "on a shared machine even where the absolute figures move. Kinds: TCP loopback (`tcpPingPong --local`), "
           "Unix socket (`tcpPingPong --local --unix`), rdmashim (`rdmashim run -- tcpPingPong --local`, checked "
           "upgraded to shm), core API (`rdmaPingPong --local`). See docs/bench.md.", "",
-          "## Targets", "", targets_table(res), "",
+          "## Targets", "", targets_table(res), "", not_converged_line(res), "",
           "bg (runnable threads of other programs when each section started; on 2 CPUs, near or above 1 means "
           "the run shared the machine and spinning could not pay): " +
           ", ".join(f"{k} {v['bg']:.1f}" for k, v in s.items() if "bg" in v) + ".", ""]
@@ -296,7 +316,13 @@ def summary(res, made):
                sweep_table([dict(r, result=dict(r["result"], cpu_us_per_rt=r["result"]["cpu_s"] * 1e6 /
                                                 (r["result"]["iters"] + warmup_for(r["size"], cfg["warmup"]))))
                             for r in lat if r.get("result")], "cpu_us_per_rt", lambda v: f"{v:.1f}"), "",
-               "Warm-up (reported apart from the steady figures): rate of the first 1,000 round trips / time until steady (us):", "",
+               f"Convergence: the rate of the second half of the measured round trips against the first "
+               f"(converged when within {CONVERGED:.0%}; **NOT CONVERGED** otherwise: that row's figures were still moving, "
+               "a longer run or a quieter machine would change them):", "",
+               "| size | " + " | ".join(LABEL[k] for k in KINDS) + " |", "|---" * (len(KINDS) + 1) + "|"]
+        md += [f"| {fmt_size(z)} | " + " | ".join(convergence_cell(pick(lat, kind=k, size=z)) for k in KINDS) + " |"
+               for z in sorted({r["size"] for r in lat})]
+        md += ["", "Warm-up (reported apart from the steady figures): rate of the first 1,000 round trips / time until steady (us):", "",
                "| size | " + " | ".join(LABEL[k] for k in KINDS) + " |", "|---" * (len(KINDS) + 1) + "|"]
         md += [f"| {fmt_size(z)} | " + " | ".join(f"{one(lat, 'first_1000_per_s', kind=k, size=z) or 0:,.0f}/s, "
                                                  f"{one(lat, 'steady_after_us', kind=k, size=z) or 0:.0f} us" for k in KINDS) + " |"

@@ -2,7 +2,8 @@
 """bench/lib/report.targets on made-up results: each target row's PASS/FAIL
 follows the ratio against its threshold, a missing measurement is SKIP,
 never PASS, and the message-rate row fails when the rate falls as
-messages shrink."""
+messages shrink; the nginx row needs every connection on shm; summary.md's
+convergence line flags exactly the latency rows whose halves moved > 5%."""
 import copy
 import os
 import sys
@@ -92,6 +93,17 @@ expect(missing, "nginx + wrk, 16 keep-alive connections", "SKIP", "servers skipp
 no_nginx = results()
 no_nginx["sections"]["servers"]["rows"].pop()
 expect(no_nginx, "nginx + wrk, 16 keep-alive connections", "SKIP", "no nginx row")
+
+# Convergence: a latency row whose halves differ by more than 5% is flagged in summary.md.
+conv = {"sections": {"latency": {"rows": [
+    {"kind": "tcp", "size": 64, "result": {"half_change": 0.02, "converged": True}},
+    {"kind": "preload", "size": 64, "result": {"half_change": -0.12, "converged": False}}]}}}
+line = R.not_converged_line(conv)
+if "NOT CONVERGED" not in line or "rdmashim (preload) (-12.0%)" not in line or "TCP" in line:
+    failures.append(f"convergence: the unconverged row is not the one flagged: {line}")
+conv["sections"]["latency"]["rows"].pop()
+if "every row converged" not in R.not_converged_line(conv):
+    failures.append(f"convergence: a converged run flagged: {R.not_converged_line(conv)}")
 
 for f in failures:
     print("FAIL:", f)

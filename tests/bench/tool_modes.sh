@@ -2,7 +2,8 @@
 # The ping-pong options bench/run relies on do what they say:
 #   tcpPingPong --unix      the connection is an abstract Unix socket (seen in
 #                           /proc/net/unix while it runs), transport "unix"
-#   --ms T                  a run of 10^8 round trips stops after about T ms
+#   --ms T                  a run of 10^8 round trips stops after about T ms;
+#                           first_half_per_s / second_half_per_s bracket its rate
 #   p999_us                 p50 <= p99 <= p99.9 <= max
 #   --stream --rate B       the achieved rate is within 5% of B
 #   rdmaPingPong --stream   every byte over shm
@@ -36,6 +37,8 @@ start=$(date +%s%N)
 elapsed_ms=$(( ($(date +%s%N) - start) / 1000000 ))
 [ "$elapsed_ms" -lt 3000 ] || fail "--ms 300 took $elapsed_ms ms"
 check "$work/ms.json" 'd["transport"] == "tcp" and 0 < d["iters"] < 100000000'
+# the halves' rates: the run's rate lies between them (it is their harmonic mean, give or take the loop)
+check "$work/ms.json" '0 < min(d["first_half_per_s"], d["second_half_per_s"]) * 0.8 <= d["round_trips_per_s"] <= max(d["first_half_per_s"], d["second_half_per_s"]) * 1.2'
 
 "$bin/tcpPingPong" --local --json --stream --size 65536 --bytes 25m --rate 50000000 >"$work/paced.json"
 check "$work/paced.json" 'abs(d["bytes_per_s"] / 50e6 - 1) <= 0.05'
