@@ -427,14 +427,16 @@ def summary(res, made):
     srv = s.get("servers", {})
     md += ["## Servers (`bench/servers`)", ""]
     if srv.get("rows"):
-        md += ["| workload | TCP tx/s | CPU us/tx | rdmashim tx/s | CPU us/tx | ratio | bg | connections on shm | result |",
+        md += ["| workload | TCP tx/s | CPU us/tx | rdmashim tx/s | CPU us/tx | ratio | bg | connections on shm | "
+               "bench/servers' own verdict |",
                "|---|---|---|---|---|---|---|---|---|"]
         md += [f"| {r['workload']} | {r['tcp_tx_per_s']:,.0f} | {r['tcp_cpu_us_per_tx']:.1f} | {r['preload_tx_per_s']:,.0f} | "
                f"{r['preload_cpu_us_per_tx']:.1f} | {r['ratio']:.2f}x | {r['bg']} | {r['shm_conns']:,} of {r['conns']:,} | "
                f"{r['verdict']} |" for r in srv["rows"]]
-        md += ["", "Without keep-alive every request is a new connection: rdmashim keeps a destination's repeated "
-               "short connections on TCP on purpose (core/discovery/short_lived.h), so those rows measure TCP "
-               "with rdmashim loaded, and \"connections on shm\" says how few upgraded."]
+        if any("no keep-alive" in r["workload"] for r in srv["rows"]):
+            md += ["", "Without keep-alive every request is a new connection: rdmashim keeps a destination's repeated "
+                   "short connections on TCP on purpose (core/discovery/short_lived.h), so those rows measure TCP "
+                   "with rdmashim loaded, and \"connections on shm\" says how few upgraded."]
     else:
         md.append(f"Not measured: {srv.get('skipped_reason') or srv.get('error') or 'no rows'}.")
     md += ["", "## Not in this suite yet", ""]
