@@ -7,6 +7,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
 #include <vector>
 
 #include "util/config.h"
@@ -28,7 +29,8 @@ void usage(const char* tool, bool with_transport) {
           with_transport ? "\n         --transport auto|shm|verbs|tcp"
                          : "\n         --wait block|poll|epoll (poll/epoll: non-blocking socket, wait for readiness)"
                            "\n         --connects N (with --local: N times connect, one exchange, close)"
-                           "\n           [--then N [--gap-ms MS]]: then, MS later, one connection of N round trips"
+                           "\n           [--then N [--gap-ms MS] [--busy K]]: then, MS later, K connections (default 1)"
+                           "\n           at once, a thread each, of N round trips each"
                            "\n         --hold N (with --local: N connections open at once, count descriptors)"
                            "\n         --unix (with --local: an abstract Unix socket instead of loopback TCP)");
 }
@@ -110,6 +112,9 @@ bool parse_pingpong_args(const char* tool, int argc, char** argv, PingPongOption
     } else if (!with_transport && (a == "--then" || a == "--gap-ms")) {
       if (!value(&v) || v > 100000000) return usage(tool, with_transport), false;
       (a == "--then" ? o->then_iters : o->gap_ms) = v;
+    } else if (!with_transport && a == "--busy") {
+      if (!value(&v) || v == 0 || v > 64) return usage(tool, with_transport), false;
+      o->busy = v;
     } else if (!with_transport && a == "--wait" && i + 1 < argc) {
       o->wait = argv[++i];
       if (o->wait != "block" && o->wait != "poll" && o->wait != "epoll") {
@@ -261,6 +266,19 @@ WarmUp warm_up(const std::vector<uint32_t>& all) {
   return w;
 }
 
+// The rate of each half of the measured round trips (after the warm-up),
+// from their times: whether the run was long enough that the rate no longer
+// moves (bench/run flags a row whose halves differ by more than 5%).
+std::pair<double, double> half_rates(const std::vector<uint32_t>& rtt) {
+  size_t half = rtt.size() / 2;
+  auto rate = [&](size_t from, size_t to) {
+    double ns = 0;
+    for (size_t i = from; i < to; ++i) ns += rtt[i];
+    return ns > 0 ? static_cast<double>(to - from) * 1e9 / ns : 0.0;
+  };
+  return {rate(0, half), rate(half, rtt.size())};
+}
+
 }  // namespace
 
 int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o) {
@@ -300,6 +318,7 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
     if (i >= o.warmup) rtt_ns.push_back(all_ns.back());
   }
   WarmUp w = warm_up(all_ns);
+  auto [first_half, second_half] = half_rates(rtt_ns);
   double seconds = static_cast<double>(now_ns() - start) / 1e9;
   std::vector<uint32_t> sorted = rtt_ns;
   std::sort(sorted.begin(), sorted.end());
@@ -309,10 +328,11 @@ int run_pingpong_client(const char* tool, Channel& ch, const PingPongOptions& o)
   if (o.json) {
     printf("{\"tool\":%s,\"transport\":%s,\"size\":%zu,\"iters\":%llu,\"seconds\":%.6f,"
            "\"round_trips_per_s\":%.1f,\"avg_us\":%.3f,\"p50_us\":%.3f,\"p99_us\":%.3f,\"p999_us\":%.3f,\"max_us\":%.3f,"
-           "\"first_1000_per_s\":%.1f,\"steady_after_us\":%.1f}\n",
+           "\"first_1000_per_s\":%.1f,\"steady_after_us\":%.1f,\"first_half_per_s\":%.1f,\"second_half_per_s\":%.1f}\n",
            json_quote(tool).c_str(), json_quote(ch.transport).c_str(), o.size,
            static_cast<unsigned long long>(iters), seconds, rate, avg,
-           pct(0.50), pct(0.99), pct(0.999), sorted.back() / 1e3, w.first_1000_per_s, w.steady_after_us);
+           pct(0.50), pct(0.99), pct(0.999), sorted.back() / 1e3, w.first_1000_per_s, w.steady_after_us, first_half,
+           second_half);
   } else {
     printf("%s: %zu B x %llu round trips over %s: %.0f round trips/s, avg %.2f us, p50 %.2f us, p99 %.2f us\n",
            tool, o.size, static_cast<unsigned long long>(iters), ch.transport.c_str(), rate, avg, pct(0.50),

@@ -39,6 +39,9 @@ struct PingPongOptions {
   // connection makes N round trips (a long-lived one right after a burst).
   uint64_t then_iters = 0;
   uint64_t gap_ms = 0;
+  // --busy K: --then's round trips on K connections at once (a thread each,
+  // both sides), e.g. 10 busy connections beside --hold's idle ones.
+  uint64_t busy = 1;
   uint64_t hold = 0;      // tcpPingPong --local --hold N: N open connections, count descriptors
 };
 

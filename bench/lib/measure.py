@@ -73,7 +73,9 @@ class Tools:
             r["upgraded"] = bool(re.search(r"-> shm", p.stderr))
             r["shm_sides"] = len(re.findall(r"-> shm", p.stderr))  # one line per side per connection
             clients = re.findall(r"\(client\) -> (\S+)", p.stderr)
-            r["last_client_shm"] = bool(clients) and clients[-1] == "shm"  # the last connection (--then's busy one)
+            # --then's busy connections are the last ones the client opened
+            busy = r.get("then_busy", 0) if "then_round_trips_per_s" in r else 0
+            r["then_client_shm"] = sum(c == "shm" for c in clients[len(clients) - busy:]) if busy else 0
         return r
 
 
@@ -115,14 +117,22 @@ def warmup_for(size, most):
     return most if size <= 4096 else max(20, min(most, int(4e7 // size)))
 
 
+CONVERGED = 0.05  # a latency row converged when its two halves' rates are this close
+
+
 def latency(t, size_list, ms, warmup, kinds=KINDS):
-    """Ping-pong per size: round trips/s, p50/p99/p99.9 after warm-up, and
-    the warm-up itself (rate of the first 1,000, time until steady)."""
+    """Ping-pong per size: round trips/s, p50/p99/p99.9 after warm-up, the
+    warm-up itself (rate of the first 1,000, time until steady), and whether
+    the rate had stopped moving: the second half of the measured round trips
+    against the first (half_change; converged within CONVERGED)."""
     out = []
     for size in size_list:
         for kind in kinds:
             r = t.run(kind, ["--size", str(size), "--iters", "100000000", "--warmup", str(warmup_for(size, warmup)),
                              "--ms", str(ms)])
+            if r and r.get("first_half_per_s"):
+                r["half_change"] = r["second_half_per_s"] / r["first_half_per_s"] - 1
+                r["converged"] = abs(r["half_change"]) <= CONVERGED
             out.append({"kind": kind, "size": size, "result": r})
     return out
 
@@ -267,19 +277,21 @@ def descriptors(t, n):
     return out
 
 
-def scale(t, n, busy_iters):
+def scale(t, n, busy_iters, busy=10):
     """n connections open at once in one client process against one server
     (tcpPingPong --hold, soft RLIMIT_NOFILE raised to the hard limit): how
-    many upgraded, descriptors and resident memory per connection, and one
-    busy connection beside them (--then: busy_iters 64 B round trips, its
-    rate and p99), against the same with one idle connection (idle=1)."""
+    many upgraded, descriptors and resident memory per connection, and
+    `busy` busy connections beside them (--then --busy: busy_iters 64 B
+    round trips each, all at once, a thread each on both sides; their total
+    rate and the p99 of all their round trips), against the same with one
+    idle connection (idle=1)."""
     out = []
     lim = resource.getrlimit(resource.RLIMIT_NOFILE)
     for idle in (n, 1):
         for kind in ["tcp", "preload"]:
             resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
             try:
-                r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters)], timeout=300)
+                r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters), "--busy", str(busy)], timeout=300)
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, lim)
             if r:
@@ -317,27 +329,33 @@ def memcpy_bytes_per_s(mib=64, reps=8):
     return best
 
 
-def servers(root, build, duration, rows):
-    """bench/servers' rows (PostgreSQL, Redis; TCP vs rdmashim), parsed from its table."""
+# One row of bench/servers' table: workload, TCP tx/s, CPU us/tx, shim tx/s,
+# CPU us/tx, ratio, bg, shm conns (on shm/all), target, result.
+SERVER_ROW = re.compile(r"^((?:pgbench|redis|nginx).*?)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)x\s+(\S+)"
+                        r"\s+(\d+)/(\d+)\s+(\S+)\s+(.*)$")
+
+
+def servers(root, build, duration, rows, only=None, install=True):
+    """bench/servers' rows (PostgreSQL, Redis, nginx; TCP vs rdmashim), parsed from its table."""
     env = dict(os.environ, RDMASHIM_BUILD=build)
     args = [os.path.join(root, "bench", "servers"), "--duration", str(duration)] + (["--rows", rows] if rows else [])
+    args += (["--only", only] if only else []) + ([] if install else ["--no-install"])
     p = subprocess.run(args, env=env, capture_output=True, text=True, timeout=1200)
     out = []
     for line in p.stdout.splitlines():
-        if not re.match(r"^(pgbench|redis)", line):
+        m = SERVER_ROW.match(line)
+        if not m:
             continue
-        name = line[:26].rstrip()
-        f = line[26:].split()
-        # TCP tx/s, CPU us/tx, shim tx/s, CPU us/tx, ratio, bg, target, result
-        try:
-            out.append({"workload": name, "tcp_tx_per_s": float(f[0]), "tcp_cpu_us_per_tx": float(f[1]),
-                        "preload_tx_per_s": float(f[2]), "preload_cpu_us_per_tx": float(f[3]),
-                        "ratio": float(f[4].rstrip("x")), "bg": f[5]})
-        except (IndexError, ValueError):
-            continue
+        f = m.groups()
+        shm, conns = int(f[7]), int(f[8])
+        out.append({"workload": f[0], "tcp_tx_per_s": float(f[1]), "tcp_cpu_us_per_tx": float(f[2]),
+                    "preload_tx_per_s": float(f[3]), "preload_cpu_us_per_tx": float(f[4]), "ratio": float(f[5]),
+                    "bg": f[6], "shm_conns": shm, "conns": conns, "upgraded": shm > 0, "verdict": f[10].strip()})
     if not out:
-        return {"rows": [], "skipped": p.returncode == 77,
-                "error": f"exit {p.returncode}: {(p.stderr or p.stdout).strip()[-400:]}"}
+        why = (p.stdout + p.stderr).strip()
+        if p.returncode == 77:  # a package missing: "SKIP: ..."
+            return {"rows": [], "skipped_reason": next((l[6:] for l in why.splitlines() if l.startswith("SKIP: ")), why[-400:])}
+        return {"rows": [], "error": f"exit {p.returncode}: {why[-400:]}"}
     return {"rows": out}
 
 
