@@ -36,13 +36,21 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   };
   Link& link = transport_->link();
   const uint32_t yield_mask = link.spin_yield_mask();
+  // A link that yields more often than keep_going() looks has a provider
+  // working on our cores (software RDMA: the kernel moves its packets): the
+  // time a yield gives it is the link's own work, not a preemption, and
+  // counting it as one would make every wait sleep (a fifth of the rate).
+  const bool yields_to_provider = yield_mask < 63;
   Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl));
   for (uint32_t i = 1; spin.spinning(); ++i) {
     if (ready()) {
       spin.found();
       return 0;
     }
-    if ((i & yield_mask) == 0) sched_yield();  // let a runnable peer (or provider) on our core go first
+    if ((i & yield_mask) == 0) {
+      sched_yield();  // let a runnable peer (or provider) on our core go first
+      if (yields_to_provider) spin.yielded();
+    }
     if ((i & 63) == 0 && !spin.keep_going()) break;
     cpu_relax();
   }

@@ -45,6 +45,8 @@ Spinner::Spinner(uint64_t deadline_ns) {
   spinning_ = attempted_ = end_ > start_;
 }
 
+uint64_t Spinner::now_clock() { return now_ns(); }
+
 Spinner::~Spinner() {
   if (!recorded_) finish(false);
 }
