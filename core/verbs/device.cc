@@ -33,8 +33,6 @@ std::mutex g_mu;
 Device* g_device = nullptr;
 bool g_tried = false;
 int g_err = -ENODEV;
-std::atomic<uint64_t> g_registered{0}, g_pooled{0};
-
 std::atomic<bool> g_given_up{false};
 
 // g_mu held.
@@ -44,19 +42,12 @@ void give_up_locked(const char* what) {
                 config().setup_timeout_ms, what);
 }
 
-void report_memory() {
-  stats::set_verbs_memory(g_registered.load(std::memory_order_relaxed), g_pooled.load(std::memory_order_relaxed));
-}
-
 bool ipv4_mapped(const ibv_gid& g) {
   static const unsigned char kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return memcmp(g.raw, kPrefix, sizeof kPrefix) == 0;
 }
 
 }  // namespace
-
-uint64_t registered_bytes() { return g_registered.load(std::memory_order_relaxed); }
-uint64_t pooled_bytes() { return g_pooled.load(std::memory_order_relaxed); }
 
 Device::Device() : pool_(config().verbs_pool_bytes) {}
 
@@ -162,9 +153,7 @@ void Device::forget_after_fork() {
     sys::real().close(g_device->ctx_->async_fd);
   }
   g_device = nullptr;  // leaked on purpose: the memory is the parent's copy
-  g_registered.store(0, std::memory_order_relaxed);  // the parent's registrations, not ours
-  g_pooled.store(0, std::memory_order_relaxed);
-  report_memory();
+  stats::verbs_reset();  // the parent's queues and registrations, not ours
   g_tried = false;
 }
 
@@ -205,18 +194,41 @@ int Device::gid_index_for(const sockaddr* local) const {
   return any_v2 >= 0 ? any_v2 : 0;
 }
 
+ibv_cq* Device::create_cq(int depth, ibv_comp_channel* channel) {
+  ibv_cq* cq = ibv()->create_cq(ctx_, depth, nullptr, channel, 0);
+  if (cq) stats::verbs_add({.cqs = 1});
+  return cq;
+}
+
+void Device::destroy_cq(ibv_cq* cq) {
+  if (!cq) return;
+  ibv()->destroy_cq(cq);
+  stats::verbs_add({.cqs = -1});
+}
+
+ibv_qp* Device::create_qp(ibv_qp_init_attr* init) {
+  ibv_qp* qp = ibv()->create_qp(pd_, init);
+  if (qp) stats::verbs_add({.qps = 1});
+  return qp;
+}
+
+void Device::destroy_qp(ibv_qp* qp) {
+  if (!qp) return;
+  ibv()->destroy_qp(qp);
+  stats::verbs_add({.qps = -1});
+}
+
 void Device::deregister(const Buffer& b) {
   ibv()->dereg_mr(b.mr);
   munmap(b.data, b.size);
-  g_registered.fetch_sub(b.size, std::memory_order_relaxed);
+  stats::verbs_add({.registered = -static_cast<int64_t>(b.size), .mrs = -1});
 }
 
 bool Device::take(size_t size, bool remote, Buffer* out) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     if (pool_.take(size, remote, out)) {
-      g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
-      report_memory();
+      stats::verbs_add({.pooled = -static_cast<int64_t>(size)});
       return true;
     }
   }
@@ -233,16 +245,15 @@ bool Device::take(size_t size, bool remote, Buffer* out) {
     static std::atomic<bool> warned{false};
     rlimit lim{};
     if (!injected && !warned.exchange(true) && getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
-      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %llu bytes registered, RLIMIT_MEMLOCK %lld): "
+      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %lld bytes registered, RLIMIT_MEMLOCK %lld): "
                     "such connections stay on TCP (raise ulimit -l, or set RDMASHIM_RING_SIZE)",
-                    size, strerror(e), static_cast<unsigned long long>(g_registered.load()),
+                    size, strerror(e), static_cast<long long>(stats::verbs_resources().registered),
                     lim.rlim_cur == RLIM_INFINITY ? -1LL : static_cast<long long>(lim.rlim_cur));
     }
     return false;
   }
   *out = Buffer{mem, size, mr, remote};
-  g_registered.fetch_add(size, std::memory_order_relaxed);
-  report_memory();
+  stats::verbs_add({.registered = static_cast<int64_t>(size), .mrs = 1});
   return true;
 }
 
@@ -252,16 +263,17 @@ void Device::give_back(const Buffer& b) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     pool_.give_back(b, &drop);
-    g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
   }
+  // What the pool kept of b, less what it evicted (b itself, when too large).
+  int64_t pooled = static_cast<int64_t>(b.size);
+  for (const Buffer& d : drop) pooled -= static_cast<int64_t>(d.size);
+  stats::verbs_add({.pooled = pooled});
   for (const Buffer& d : drop) deregister(d);
-  report_memory();
 }
 
 void Device::drop(const Buffer& b) {
   if (!b.mr) return;
   deregister(b);
-  report_memory();
 }
 
 }  // namespace rdmashim::verbs

@@ -18,11 +18,6 @@
 
 namespace rdmashim::verbs {
 
-// Bytes this process has registered with the device now (connections' rings
-// and the pool), and how many of them the pool holds; also in the stats page.
-uint64_t registered_bytes();
-uint64_t pooled_bytes();
-
 class Device {
  public:
   // The process's device: RDMASHIM_DEVICE if set, else the first device with
@@ -55,8 +50,16 @@ class Device {
   int gid_index_for(const sockaddr* local) const;
   bool gid(int index, ibv_gid* out) const;
 
+  // A link's queues, counted in the stats page (stats::verbs_add) here and
+  // nowhere else; the fault injection stays with the caller.
+  ibv_cq* create_cq(int depth, ibv_comp_channel* channel);
+  void destroy_cq(ibv_cq* cq);
+  ibv_qp* create_qp(ibv_qp_init_attr* init);
+  void destroy_qp(ibv_qp* qp);
+
   // Registered memory, reused across connections. Pages are pinned by the
-  // registration: a ring costs its whole size while it exists.
+  // registration: a ring costs its whole size while it exists. Counted
+  // (bytes, registrations, the pool's share) in the stats page.
   bool take(size_t size, bool remote, Buffer* out);
   void give_back(const Buffer& b);
   // Deregisters b now, past the pool (a region an idle connection shrank from).

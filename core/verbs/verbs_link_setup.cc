@@ -59,11 +59,11 @@ struct Leftovers {
       returned = true;
       mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
     }
-    const IbvApi* api = ibv();
-    if (mine.qp) api->destroy_qp(mine.qp);
-    if (mine.cq) api->destroy_cq(mine.cq);
-    if (mine.channel) api->destroy_comp_channel(mine.channel);
-    if (mine.dev) mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
+    if (!mine.dev) return;  // nothing was handed over
+    mine.dev->destroy_qp(mine.qp);
+    mine.dev->destroy_cq(mine.cq);
+    if (mine.channel) ibv()->destroy_comp_channel(mine.channel);
+    mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
 
@@ -142,7 +142,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   // The doorbell must never block a check, and must not leak into exec'd programs.
   sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
   sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
-  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
+  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kSendDepth + kRecvDepth, l->channel_);
   if (!l->cq_) return nullptr;
   ibv_qp_init_attr init{};
   init.send_cq = l->cq_;
@@ -155,10 +155,10 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   init.cap.max_recv_sge = 1;
   init.cap.max_inline_data = 256;
   if (RDMASHIM_FAULT(kIbvQpBlock)) fault::block_forever();
-  l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
+  l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : dev.create_qp(&init);
   if (!l->qp_) {
     init.cap.max_inline_data = 0;  // some providers cannot inline at all
-    l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
+    l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : dev.create_qp(&init);
   }
   if (!l->qp_) return nullptr;
   l->max_inline_ = init.cap.max_inline_data;
@@ -199,11 +199,9 @@ VerbsLink::~VerbsLink() {
   }
   const IbvApi* api = ibv();
   if (!api) return;
-  if (qp_) api->destroy_qp(qp_);
-  if (cq_) {
-    if (events_unacked_) api->ack_cq_events(cq_, events_unacked_);
-    api->destroy_cq(cq_);
-  }
+  dev_.destroy_qp(qp_);
+  if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
+  dev_.destroy_cq(cq_);
   if (channel_) api->destroy_comp_channel(channel_);
   Buffer offered;
   if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);
