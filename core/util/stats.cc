@@ -90,6 +90,7 @@ const char* name(Outcome o) {
     case Outcome::kTcpTimeout: return "tcp:timeout";
     case Outcome::kTcpPolicy: return "tcp:policy";
     case Outcome::kTcpFdBudget: return "tcp:fd-budget";
+    case Outcome::kTcpVerbsLimit: return "tcp:verbs-limit";
     case Outcome::kCount: break;
   }
   return "?";

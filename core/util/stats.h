@@ -27,6 +27,7 @@ enum class Outcome : int {
   kTcpTimeout,          // the handshake did not finish within RDMASHIM_SETUP_TIMEOUT_MS
   kTcpPolicy,           // RDMASHIM_TRANSPORT=tcp, RDMASHIM_FORKGEN or RDMASHIM_DISABLE said no
   kTcpFdBudget,         // the descriptors the transport needs would crowd the program's own (util/fd_budget.h)
+  kTcpVerbsLimit,       // a verbs link would pass the device's limits or the registered-memory budget (verbs/limits.h)
   kCount
 };
 constexpr int kOutcomes = static_cast<int>(Outcome::kCount);

@@ -49,7 +49,17 @@ bool ipv4_mapped(const ibv_gid& g) {
 
 }  // namespace
 
-Device::Device() : pool_(config().verbs_pool_bytes) {}
+Device::Device() : pool_(config().verbs_pool_bytes) {
+  budget_ = config().verbs_mem_bytes;
+  if (budget_ == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    rlimit lim{};
+    bool finite = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+    // root (CAP_IPC_LOCK) registers past the limit, as ring_size_for assumes.
+    budget_ = default_budget(ram, finite ? lim.rlim_cur : UINT64_MAX, geteuid() == 0);
+  }
+}
 
 // Opening a device runs provider code that has been seen to block (a wedged
 // driver, a dead fabric manager). It runs under the watchdog: if it takes
@@ -125,6 +135,9 @@ Device* Device::open_first(int* err) {
       d->ethernet_ = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
       d->judgement_ = judge(gather_facts(name, dattr.vendor_id), config().transport, config().soft_verbs);
       d->refusal_ = "software rdma " + d->name_;
+      d->limits_ = DeviceLimits{static_cast<uint64_t>(dattr.max_qp > 0 ? dattr.max_qp : 0),
+                                static_cast<uint64_t>(dattr.max_cq > 0 ? dattr.max_cq : 0),
+                                static_cast<uint64_t>(dattr.max_mr > 0 ? dattr.max_mr : 0)};
       break;
     }
     if (!d->ctx_) api->close_device(ctx);
@@ -139,6 +152,12 @@ Device* Device::open_first(int* err) {
   }
   RDMASHIM_INFO("verbs: using %s port %u (mtu %d); %s", d->name_.c_str(), d->port_, 128 << d->mtu_,
                 d->judgement_.reason.c_str());
+  RDMASHIM_INFO("verbs: this process uses at most %llu queue pairs, %llu completion queues and %llu memory regions "
+                "of %s's and registers at most %llu bytes (RDMASHIM_VERBS_MEM)",
+                static_cast<unsigned long long>(usable(d->limits_.max_qp)),
+                static_cast<unsigned long long>(usable(d->limits_.max_cq)),
+                static_cast<unsigned long long>(usable(d->limits_.max_mr)), d->name_.c_str(),
+                static_cast<unsigned long long>(d->budget_));
   *err = 0;
   return d;
 }
@@ -224,22 +243,81 @@ void Device::deregister(const Buffer& b) {
   stats::verbs_add({.registered = -static_cast<int64_t>(b.size), .mrs = -1});
 }
 
-bool Device::take(size_t size, bool remote, Buffer* out) {
+VerbsUsage Device::usage_locked() {
+  stats::VerbsResources r = stats::verbs_resources();
+  VerbsUsage u;
+  u.qps = static_cast<uint64_t>(r.qps), u.cqs = static_cast<uint64_t>(r.cqs), u.mrs = static_cast<uint64_t>(r.mrs);
+  u.registered = static_cast<uint64_t>(r.registered);
+  u.pooled = pool_.bytes(), u.pooled_mrs = pool_.count();
+  return u;
+}
+
+Refusal Device::admit_link(uint64_t bytes) {
+  Refusal r;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    r = verbs::admit_link(limits_, usage_locked(), bytes, budget_);
+  }
+  if (r != Refusal::kNone) say_refused(r);
+  return r;
+}
+
+void Device::say_refused(Refusal r) {
+  static std::atomic<bool> said{false};
+  if (r == Refusal::kNone || said.exchange(true)) return;
+  VerbsUsage u;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    u = usage_locked();
+  }
+  RDMASHIM_WARN("verbs: new connections stay on TCP (tcp:verbs-limit: %s): %llu/%llu queue pairs, %llu/%llu "
+                "completion queues, %llu/%llu memory regions (usable of %s's), %llu/%llu bytes registered",
+                refusal_text(r), static_cast<unsigned long long>(u.qps),
+                static_cast<unsigned long long>(usable(limits_.max_qp)), static_cast<unsigned long long>(u.cqs),
+                static_cast<unsigned long long>(usable(limits_.max_cq)), static_cast<unsigned long long>(u.mrs),
+                static_cast<unsigned long long>(usable(limits_.max_mr)), name_.c_str(),
+                static_cast<unsigned long long>(u.registered), static_cast<unsigned long long>(budget_));
+}
+
+bool Device::take(size_t size, bool remote, Buffer* out, bool budgeted, Refusal* why) {
+  if (why) *why = Refusal::kNone;
+  std::vector<Buffer> evicted;
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     if (pool_.take(size, remote, out)) {
       stats::verbs_add({.pooled = -static_cast<int64_t>(size)});
       return true;
     }
+    VerbsUsage u = usage_locked();
+    Refusal r = admit_registration(limits_, u, size, budget_, budgeted);
+    if (r != Refusal::kNone) {
+      if (why) *why = r;
+      return false;
+    }
+    // Room for it: the pool gives up its oldest buffers first.
+    Buffer old;
+    int64_t freed = 0;
+    while ((u.registered + size > budget_ || u.mrs + 1 > usable(limits_.max_mr)) && pool_.evict_oldest(&old)) {
+      evicted.push_back(old);
+      u.registered -= old.size, u.mrs -= 1;
+      freed += static_cast<int64_t>(old.size);
+    }
+    // Counted now, under the lock: a concurrent take sees it.
+    stats::verbs_add({.registered = static_cast<int64_t>(size), .pooled = -freed, .mrs = 1});
   }
+  for (const Buffer& b : evicted) deregister(b);
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return false;
+  if (mem == MAP_FAILED) {
+    stats::verbs_add({.registered = -static_cast<int64_t>(size), .mrs = -1});
+    return false;
+  }
   int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
   bool injected = RDMASHIM_FAULT(kIbvMr);  // a test's fault says so itself: no warning
   ibv_mr* mr = injected ? nullptr : ibv()->reg_mr(pd_, mem, size, access);
   if (!mr) {
     int e = errno;
     munmap(mem, size);
+    stats::verbs_add({.registered = -static_cast<int64_t>(size), .mrs = -1});
     // Usually RLIMIT_MEMLOCK (registration pins the ring): say so once; the
     // connection stays on TCP rather than get a ring smaller than TCP's.
     static std::atomic<bool> warned{false};
@@ -253,7 +331,6 @@ bool Device::take(size_t size, bool remote, Buffer* out) {
     return false;
   }
   *out = Buffer{mem, size, mr, remote};
-  stats::verbs_add({.registered = static_cast<int64_t>(size), .mrs = 1});
   return true;
 }
 

@@ -94,12 +94,21 @@ void VerbsLink::forget_after_fork() {
 // timeout the connection stays on TCP and the process stops using verbs (a
 // provider that blocked once is wedged); the thread left in the provider
 // releases what it made if it ever returns.
-std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                             const char** limit) {
+  // Within this process's share of the device and its memory budget, or
+  // not at all (no provider call, no thread): the connection stays on TCP.
+  const uint64_t first = std::min(ring_size, kStartRegion);
+  if (Refusal r = dev.admit_link(2 * first + kCtlBytes); r != Refusal::kNone) {
+    if (limit) *limit = refusal_text(r);
+    return *err = -EDQUOT, nullptr;
+  }
   struct Job {
     sockaddr_storage local{};
     bool has_local = false;
     std::unique_ptr<VerbsLink> link;
     int err = -EIO;
+    Refusal why = Refusal::kNone;
   };
   auto job = std::make_shared<Job>();
   if (!job) return *err = -ENOMEM, nullptr;
@@ -113,7 +122,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
       config().setup_timeout_ms,
       [job, d, ring_size] {
         job->link = create_now(*d, ring_size, job->has_local ? reinterpret_cast<sockaddr*>(&job->local) : nullptr,
-                               &job->err);
+                               &job->err, &job->why);
       },
       [job] { job->link.reset(); });
   if (!in_time) {
@@ -121,10 +130,12 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
     return *err = -ETIMEDOUT, nullptr;
   }
   *err = job->err;
+  if (job->why != Refusal::kNone && limit) *limit = refusal_text(job->why);
   return std::move(job->link);
 }
 
-std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                                 Refusal* why) {
   const IbvApi* api = ibv();
   std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
   if (!l) return *err = -ENOMEM, nullptr;
@@ -132,8 +143,10 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   *err = -ENOMEM;
   // The rings start small and grow under pressure (verbs/regions.h).
   size_t first = std::min(ring_size, kStartRegion);
-  if (!dev.take(first, true, &l->first_rx_) || !dev.take(first, false, &l->tx_) ||
-      !dev.take((kRecvDepth + kSendSlots) * sizeof(Ctl), false, &l->ctl_)) {
+  // Admitted, but another connection may have taken the room meanwhile.
+  if (!dev.take(first, true, &l->first_rx_, true, why) || !dev.take(first, false, &l->tx_, true, why) ||
+      !dev.take(kCtlBytes, false, &l->ctl_, true, why)) {
+    if (*why != Refusal::kNone) dev.say_refused(*why), *err = -EDQUOT;
     return nullptr;
   }
   *err = -EIO;

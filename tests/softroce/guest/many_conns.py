@@ -1,0 +1,112 @@
+#!/usr/bin/env python3
+"""Many connections in one process (softroce.verbs_local, bench/softroce_scale.sh).
+
+  many_conns.py server PORTFILE          accepts connections and echoes each
+                                         one until its EOF (one thread, epoll)
+  many_conns.py client HOST PORT N BYTES MARK SECS
+                                         opens N connections (one byte each
+                                         way on each, so every handshake is
+                                         done), sends BYTES on every one (a
+                                         thread writes while we read the
+                                         echo) and checks the echo byte for
+                                         byte, then touches MARK and holds
+                                         them all open until MARK.go exists
+                                         (at most SECS: time to read
+                                         `rdmashim stat`)
+
+The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K}
+(rss_kb: its resident memory with every connection open).
+"""
+import os
+import random
+import selectors
+import socket
+import sys
+import threading
+import time
+
+BLOCK = random.Random(13).randbytes(1 << 20)
+
+
+def pattern(i, n):
+    off = (i * 7919) % len(BLOCK)
+    b = (BLOCK + BLOCK)[off:off + min(n, len(BLOCK))]
+    return (b * (n // len(b) + 1))[:n]
+
+
+def recv_exact(s, n):
+    parts, got = [], 0
+    while got < n:
+        c = s.recv(min(1 << 20, n - got))
+        if not c:
+            raise EOFError
+        parts.append(c)
+        got += len(c)
+    return b"".join(parts)
+
+
+def server(portfile):
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((os.environ.get("PEERS_HOST", "127.0.0.1"), 0))
+    ls.listen(1024)
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(ls.getsockname()[1]))
+    os.rename(portfile + ".tmp", portfile)
+    sel = selectors.DefaultSelector()  # epoll: past select()'s 1024 descriptors
+    sel.register(ls, selectors.EVENT_READ)
+    while True:
+        for key, _ in sel.select():
+            s = key.fileobj
+            if s is ls:
+                c, _ = ls.accept()
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sel.register(c, selectors.EVENT_READ)
+                continue
+            b = s.recv(1 << 16)
+            if not b:
+                sel.unregister(s)
+                s.close()
+                continue
+            s.sendall(b)  # the client reads while it writes: never blocks for long
+
+
+def rss_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGESIZE") // 1024)
+
+
+def client(host, port, n, nbytes, mark, secs):
+    t0 = time.monotonic()
+    conns = []
+    for _ in range(n):
+        s = socket.create_connection((host, int(port)))
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(b"h")
+        if recv_exact(s, 1) != b"h":
+            sys.exit(1)
+        conns.append(s)
+    open_s = time.monotonic() - t0
+    rss = rss_kb()
+    exact = True
+    for i, s in enumerate(conns):
+        data = pattern(i, nbytes)
+        w = threading.Thread(target=s.sendall, args=(data,))
+        w.start()
+        exact = recv_exact(s, nbytes) == data and exact
+        w.join()
+    open(mark, "w").close()
+    end = time.monotonic() + secs
+    while not os.path.exists(mark + ".go") and time.monotonic() < end:
+        time.sleep(0.1)
+    for s in conns:
+        s.close()
+    print('{"connections": %d, "exact": %s, "open_s": %.3f, "rss_kb": %d}'
+          % (n, "true" if exact else "false", open_s, rss), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        server(sys.argv[2])
+    else:
+        client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7]))
