@@ -67,6 +67,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, c
   // unless asked for (verbs/policy.h).
   const char* refused = nullptr;
   const char* limit = nullptr;  // this process is at its verbs limits: which
+  bool budget = false;          // no room for our descriptors
   if ((!same_host || cfg.transport == TransportChoice::kVerbs) && !verbs::remote_refused(&refused)) {
     int err = 0;
     if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
@@ -76,16 +77,16 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, c
     }
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
+    budget = !c->verbs_ && fds::exhausted(err);  // its completion channel's descriptor
   }
   // The nonce a remote server was told of before our SYN, or a fresh one.
   if (nonce) memcpy(c->nonce_, nonce, sizeof c->nonce_);
   bool have_nonce = !RDMASHIM_FAULT(kRandom) && (nonce || random_bytes(c->nonce_, sizeof c->nonce_));
   // The descriptors must later come from the user that owns the server's
   // end of this connection: asked now, while that end surely exists.
-  bool budget = false;  // no room for our descriptors
   if (have_nonce && (offer & wire::kTransportShm) && discovery::tcp_server_uid(fd, &c->server_uid_)) {
     c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
-    budget = !c->rendezvous_fd_ && fds::exhausted(errno);
+    if (!c->rendezvous_fd_ && fds::exhausted(errno)) budget = true;
     // Room for it and for the segment's three to come.
     // After the Ack come the segment's memfd and our local page.
     if (c->rendezvous_fd_ && !fds::keep(c->rendezvous_fd_, shm::kHandoffFds + 1)) budget = true;
@@ -341,6 +342,8 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     } else if (err == -EDQUOT) {
       failure = stats::Outcome::kTcpVerbsLimit;  // the client is told so (kFallbackVerbsLimit)
       detail_ = limit;
+    } else if (fds::exhausted(err)) {
+      failure = stats::Outcome::kTcpFdBudget;
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
       RDMASHIM_DEBUG("fd %d: verbs setup failed: %s", fd(), strerror(-err));

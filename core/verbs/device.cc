@@ -1,6 +1,7 @@
 #include "verbs/device.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -19,6 +20,7 @@
 
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/fault.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -211,6 +213,32 @@ int Device::gid_index_for(const sockaddr* local) const {
     if (any_v2 < 0) any_v2 = i;
   }
   return any_v2 >= 0 ? any_v2 : 0;
+}
+
+ibv_comp_channel* Device::create_channel(int* err) {
+  ibv_comp_channel* ch = ibv()->create_comp_channel(ctx_);
+  if (!ch) return *err = -EIO, nullptr;
+  // The doorbell must never block a check, nor take a number the program
+  // would get on TCP (a thousand connections would meet EMFILE at half).
+  sys::real().fcntl(ch->fd, F_SETFL, sys::real().fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+  int fd = ch->fd;
+  bool kept = fds::keep(&fd, 1);  // closes it when there is no room
+  ch->fd = fd;
+  if (!kept) {
+    ibv()->destroy_comp_channel(ch);
+    return *err = -EMFILE, nullptr;
+  }
+  sys::real().fcntl(ch->fd, F_SETFD, FD_CLOEXEC);  // never into an exec'd program
+  return ch;
+}
+
+void Device::destroy_channel(ibv_comp_channel* channel) {
+  if (!channel) return;
+  // Ours to close: the library's own close() would meet the hook's EBADF
+  // for a descriptor of ours (and a number left marked ours).
+  fds::close(channel->fd);
+  channel->fd = -1;
+  ibv()->destroy_comp_channel(channel);
 }
 
 ibv_cq* Device::create_cq(int depth, ibv_comp_channel* channel) {

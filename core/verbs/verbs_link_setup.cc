@@ -4,7 +4,6 @@
 // exit, forgetting them after fork). The data path is in verbs_link.cc.
 #include "verbs/verbs_link.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 
 #include <pthread.h>
@@ -17,7 +16,6 @@
 #include <new>
 #include <vector>
 
-#include "sys/sys.h"
 #include "util/fault.h"
 #include "util/config.h"
 #include "util/misc.h"
@@ -62,7 +60,7 @@ struct Leftovers {
     if (!mine.dev) return;  // nothing was handed over
     mine.dev->destroy_qp(mine.qp);
     mine.dev->destroy_cq(mine.cq);
-    if (mine.channel) ibv()->destroy_comp_channel(mine.channel);
+    mine.dev->destroy_channel(mine.channel);
     mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
@@ -150,11 +148,9 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
     return nullptr;
   }
   *err = -EIO;
-  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : api->create_comp_channel(dev.context());
+  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : dev.create_channel(err);
   if (!l->channel_) return nullptr;
-  // The doorbell must never block a check, and must not leak into exec'd programs.
-  sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
-  sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
+  *err = -EIO;
   l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kSendDepth + kRecvDepth, l->channel_);
   if (!l->cq_) return nullptr;
   ibv_qp_init_attr init{};
@@ -215,7 +211,7 @@ VerbsLink::~VerbsLink() {
   dev_.destroy_qp(qp_);
   if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
   dev_.destroy_cq(cq_);
-  if (channel_) api->destroy_comp_channel(channel_);
+  dev_.destroy_channel(channel_);
   Buffer offered;
   if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);
   dev_.give_back(connected_ ? rx_rgn_.current() : first_rx_);

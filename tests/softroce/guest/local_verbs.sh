@@ -114,7 +114,7 @@ print("/".join(str(p.get(k, "none")) for k in ("verbs_qps", "verbs_cqs", "verbs_
 }
 tally() { grep -c -- "($2) -> $3\( \|$\)" "$1" 2>/dev/null; }
 rm -f many.port many.mark many.mark.go
-RDMASHIM_VERBS_MEM=4m timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/many_conns.py" server "$PWD/many.port" \
+PEERS_HOST=$self RDMASHIM_VERBS_MEM=4m timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/many_conns.py" server "$PWD/many.port" \
 	2>many.server.log &
 mpid=$!
 for ((i = 0; i < 300; i++)); do [[ -s many.port ]] && break; sleep 0.1; done
@@ -122,7 +122,7 @@ t0=$(now)
 timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client "$self" "$(cat many.port 2>/dev/null)" \
 	"${MANY_N:-16}" "${MANY_BYTES:-262144}" "$PWD/many.mark" 60 >many.client.out 2>many.client.log &
 cpid=$!
-for ((i = 0; i < 900; i++)); do [[ -e many.mark ]] && break; sleep 0.1; done
+while kill -0 "$cpid" 2>/dev/null && [[ ! -e many.mark ]]; do sleep 0.1; done
 t1=$(now)
 cstat=$(stat_of client) sstat=$(stat_of server)
 touch many.mark.go

@@ -86,6 +86,8 @@ def client(host, port, n, nbytes, mark, secs):
         if recv_exact(s, 1) != b"h":
             sys.exit(1)
         conns.append(s)
+        if len(conns) % 100 == 0:
+            print("many_conns: %d open after %.1f s" % (len(conns), time.monotonic() - t0), file=sys.stderr, flush=True)
     open_s = time.monotonic() - t0
     rss = rss_kb()
     exact = True
