@@ -59,6 +59,7 @@ struct Proc {
   std::vector<Conn> conns;
   uint64_t unlisted = 0;
   uint64_t verbs_registered = 0, verbs_pooled = 0;  // bytes
+  uint64_t verbs_qps = 0, verbs_cqs = 0, verbs_mrs = 0;
 };
 
 std::string address(const sockaddr_in6& a) {
@@ -125,6 +126,9 @@ bool read_page(int fd, int pid, Proc* out) {
       out->unlisted = page->unlisted.load(std::memory_order_relaxed);
       out->verbs_registered = page->verbs_registered.load(std::memory_order_relaxed);
       out->verbs_pooled = page->verbs_pooled.load(std::memory_order_relaxed);
+      out->verbs_qps = page->verbs_qps.load(std::memory_order_relaxed);
+      out->verbs_cqs = page->verbs_cqs.load(std::memory_order_relaxed);
+      out->verbs_mrs = page->verbs_mrs.load(std::memory_order_relaxed);
       uint32_t n = page->slots < stats::kSlots ? page->slots : stats::kSlots;
       for (uint32_t i = 0; i < n; ++i) {
         Conn c;
@@ -317,9 +321,12 @@ void print_json(const std::vector<Proc>& procs) {
       printf("%s\"%s\":%llu", i ? "," : "", stats::name(static_cast<Outcome>(i)),
              static_cast<unsigned long long>(pr.counts[i]));
     }
-    printf("},\"page_version\":%u,\"not_listed\":%llu,\"verbs_registered\":%llu,\"verbs_pooled\":%llu,\"live\":[",
+    printf("},\"page_version\":%u,\"not_listed\":%llu,\"verbs_registered\":%llu,\"verbs_pooled\":%llu,"
+           "\"verbs_qps\":%llu,\"verbs_cqs\":%llu,\"verbs_mrs\":%llu,\"live\":[",
            pr.version, static_cast<unsigned long long>(pr.unlisted),
-           static_cast<unsigned long long>(pr.verbs_registered), static_cast<unsigned long long>(pr.verbs_pooled));
+           static_cast<unsigned long long>(pr.verbs_registered), static_cast<unsigned long long>(pr.verbs_pooled),
+           static_cast<unsigned long long>(pr.verbs_qps), static_cast<unsigned long long>(pr.verbs_cqs),
+           static_cast<unsigned long long>(pr.verbs_mrs));
     for (size_t i = 0; i < pr.conns.size(); ++i) {
       const Conn& c = pr.conns[i];
       bool known = strcmp(c.fill, "unknown") != 0;
@@ -370,9 +377,12 @@ void print_text(const std::vector<Proc>& procs) {
            static_cast<unsigned long long>(tcp), why.c_str());
   }
   for (auto& p : procs) {
-    if (p.verbs_registered) {
-      printf("%-8d registered with the RDMA device (pinned): %s, of which %s pooled for reuse\n", p.pid,
-             human(p.verbs_registered).c_str(), human(p.verbs_pooled).c_str());
+    if (p.verbs_registered || p.verbs_qps || p.verbs_cqs || p.verbs_mrs) {
+      printf("%-8d registered with the RDMA device (pinned): %s, of which %s pooled for reuse; %llu queue pairs, "
+             "%llu completion queues, %llu memory regions\n",
+             p.pid, human(p.verbs_registered).c_str(), human(p.verbs_pooled).c_str(),
+             static_cast<unsigned long long>(p.verbs_qps), static_cast<unsigned long long>(p.verbs_cqs),
+             static_cast<unsigned long long>(p.verbs_mrs));
     }
   }
   printf("\n%-8s %-5s %-6s %-22s %-22s %-22s %8s %8s %8s %8s %7s %7s %7s\n", "PID", "FD", "ROLE", "LOCAL", "PEER",

@@ -66,25 +66,27 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, c
   // Across hosts on a software RDMA device TCP is faster: no verbs offered
   // unless asked for (verbs/policy.h).
   const char* refused = nullptr;
+  const char* limit = nullptr;  // this process is at its verbs limits: which
+  bool budget = false;          // no room for our descriptors
   if ((!same_host || cfg.transport == TransportChoice::kVerbs) && !verbs::remote_refused(&refused)) {
     int err = 0;
     if (sys::real().getsockname(fd, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
       // Registered at what TCP would buffer here; the server may answer less.
       c->verbs_ = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local),
-                                                 verbs::VerbsTransport::ring_size_for(fd), &err);
+                                                 verbs::VerbsTransport::ring_size_for(fd), &err, &limit);
     }
     if (c->verbs_) offer |= wire::kTransportVerbs;
     else RDMASHIM_DEBUG("fd %d: no verbs transport to offer: %s", fd, strerror(-err));
+    budget = !c->verbs_ && fds::exhausted(err);  // its completion channel's descriptor
   }
   // The nonce a remote server was told of before our SYN, or a fresh one.
   if (nonce) memcpy(c->nonce_, nonce, sizeof c->nonce_);
   bool have_nonce = !RDMASHIM_FAULT(kRandom) && (nonce || random_bytes(c->nonce_, sizeof c->nonce_));
   // The descriptors must later come from the user that owns the server's
   // end of this connection: asked now, while that end surely exists.
-  bool budget = false;  // no room for our descriptors
   if (have_nonce && (offer & wire::kTransportShm) && discovery::tcp_server_uid(fd, &c->server_uid_)) {
     c->rendezvous_fd_ = shm::open_rendezvous(c->rendezvous_, c->nonce_);
-    budget = !c->rendezvous_fd_ && fds::exhausted(errno);
+    if (!c->rendezvous_fd_ && fds::exhausted(errno)) budget = true;
     // Room for it and for the segment's three to come.
     // After the Ack come the segment's memfd and our local page.
     if (c->rendezvous_fd_ && !fds::keep(c->rendezvous_fd_, shm::kHandoffFds + 1)) budget = true;
@@ -96,10 +98,13 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, c
     wire::ParamsFrame params;
   } msg{};
   if (offer == 0 || !have_nonce) {
-    auto why = budget ? stats::Outcome::kTcpFdBudget
-               : refused && offer == 0 ? stats::Outcome::kTcpPolicy : stats::Outcome::kTcpSetupFailed;
+    auto why = budget                  ? stats::Outcome::kTcpFdBudget
+               : limit && offer == 0   ? stats::Outcome::kTcpVerbsLimit
+               : refused && offer == 0 ? stats::Outcome::kTcpPolicy
+                                       : stats::Outcome::kTcpSetupFailed;
     stats::count(why);
-    if (why == stats::Outcome::kTcpPolicy) RDMASHIM_INFO("fd %d (client) -> %s (%s)", fd, stats::name(why), refused);
+    const char* said = why == stats::Outcome::kTcpPolicy ? refused : why == stats::Outcome::kTcpVerbsLimit ? limit : nullptr;
+    if (said) RDMASHIM_INFO("fd %d (client) -> %s (%s)", fd, stats::name(why), said);
     else RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(why));
     return nullptr;
   }
@@ -318,13 +323,14 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     sockaddr_storage local{};
     socklen_t llen = sizeof local;
     std::unique_ptr<verbs::VerbsTransport> t;
+    const char* limit = nullptr;
     // Our receive ring is ours to size: the client's offer, never more than
     // what TCP would buffer here (the peer cannot make us pin more).
     size_t ring = verbs::params_plausible(*params)
                       ? verbs::negotiated_ring_size(params->ring_size, verbs::VerbsTransport::ring_size_for(fd_))
                       : 0;
     if (ring && sys::real().getsockname(fd_, reinterpret_cast<sockaddr*>(&local), &llen) == 0) {
-      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), ring, &err);
+      t = verbs::VerbsTransport::prepare(reinterpret_cast<sockaddr*>(&local), ring, &err, &limit);
     }
     if (t && (err = t->connect(*params, ring)) == 0) {
       ack.transport = wire::kTransportVerbs;
@@ -333,6 +339,11 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
       memcpy(msg.params.params, &t->local_params(), wire::kParamsBytes);
       len += sizeof msg.params;
       adopt(std::move(t));
+    } else if (err == -EDQUOT) {
+      failure = stats::Outcome::kTcpVerbsLimit;  // the client is told so (kFallbackVerbsLimit)
+      detail_ = limit;
+    } else if (fds::exhausted(err)) {
+      failure = stats::Outcome::kTcpFdBudget;
     } else {
       failure = stats::Outcome::kTcpSetupFailed;
       RDMASHIM_DEBUG("fd %d: verbs setup failed: %s", fd(), strerror(-err));
@@ -354,9 +365,10 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
     }
   }
   if (!transport_ && ack.fallback != wire::kFallbackSoftware) {
-    ack.fallback = failure == stats::Outcome::kTcpPolicy     ? wire::kFallbackPolicy
-                   : failure == stats::Outcome::kTcpFdBudget ? wire::kFallbackFdBudget
-                                                             : wire::kFallbackSetupFailed;
+    ack.fallback = failure == stats::Outcome::kTcpPolicy        ? wire::kFallbackPolicy
+                   : failure == stats::Outcome::kTcpFdBudget    ? wire::kFallbackFdBudget
+                   : failure == stats::Outcome::kTcpVerbsLimit ? wire::kFallbackVerbsLimit
+                                                                : wire::kFallbackSetupFailed;
   }
   RDMASHIM_SCHED_POINT(kHandshakeSendAck);
   if (send_all(fd_, &msg, len) != 0) {
@@ -437,11 +449,14 @@ void Connection::handle_ack(const wire::Ack& ack, const verbs::Params* params) {
     tx_go_plain();
     // The server says why it declined (an older one does not: policy).
     bool declined_by_policy = ack.transport == 0 && ack.fallback != wire::kFallbackSetupFailed &&
-                              ack.fallback != wire::kFallbackFdBudget;
+                              ack.fallback != wire::kFallbackFdBudget && ack.fallback != wire::kFallbackVerbsLimit;
     bool budget = ack.transport == 0 ? ack.fallback == wire::kFallbackFdBudget : fds::exhausted(err);
+    bool limit = ack.transport == 0 && ack.fallback == wire::kFallbackVerbsLimit;
     if (ack.transport == 0 && ack.fallback == wire::kFallbackSoftware) detail_ = "server: software rdma";
+    if (limit) detail_ = "server: verbs limit";
     settle(declined_by_policy ? stats::Outcome::kTcpPolicy
            : budget           ? stats::Outcome::kTcpFdBudget
+           : limit            ? stats::Outcome::kTcpVerbsLimit
                               : stats::Outcome::kTcpSetupFailed);
     update_passthrough();
     return;

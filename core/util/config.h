@@ -32,6 +32,11 @@ struct Config {
   // RDMASHIM_VERBS_POOL: registered bytes kept for reuse after connections
   // close (0: none); idle processes keep no more than this pinned.
   size_t verbs_pool_bytes = size_t{32} << 20;
+  // RDMASHIM_VERBS_MEM: the most a process registers (pins) for verbs, the
+  // pool included; past it new connections stay on TCP (tcp:verbs-limit)
+  // and live ones stop growing their rings. 0: a quarter of the RAM, at
+  // most RLIMIT_MEMLOCK where it applies (verbs/limits.h).
+  uint64_t verbs_mem_bytes = 0;
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   // RDMASHIM_SHORT_CONN_MS: a client whose recent connections to a

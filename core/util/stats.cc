@@ -21,7 +21,16 @@ namespace {
 // Counted here until the page exists (and if it cannot be made).
 std::atomic<uint64_t> g_local[static_cast<int>(Outcome::kCount)];
 std::atomic<Page*> g_page{nullptr};
-std::atomic<uint64_t> g_verbs_registered{0}, g_verbs_pooled{0};
+std::mutex g_verbs_mu;  // orders the copies into the page
+VerbsResources g_verbs;    // under g_verbs_mu
+
+void store_verbs(Page* p, const VerbsResources& r) {
+  p->verbs_registered.store(static_cast<uint64_t>(r.registered), std::memory_order_relaxed);
+  p->verbs_pooled.store(static_cast<uint64_t>(r.pooled), std::memory_order_relaxed);
+  p->verbs_qps.store(static_cast<uint64_t>(r.qps), std::memory_order_relaxed);
+  p->verbs_cqs.store(static_cast<uint64_t>(r.cqs), std::memory_order_relaxed);
+  p->verbs_mrs.store(static_cast<uint64_t>(r.mrs), std::memory_order_relaxed);
+}
 int g_fd = -1;
 std::mutex g_mu;  // page creation, and taking or giving back a row
 
@@ -42,14 +51,14 @@ void* map_new(int* fd_out, void* at) {
   return m;
 }
 
+// g_verbs_mu held: a set_verbs() is either copied here or writes the page itself.
 void stamp(Page* p) {
   p->magic = kPageMagic;
   p->version = kPageVersion;
   p->pid = static_cast<int32_t>(getpid());
   p->slots = kSlots;
   for (int i = 0; i < kOutcomes; ++i) p->count_of(i).store(g_local[i].load());
-  p->verbs_registered.store(g_verbs_registered.load(std::memory_order_relaxed), std::memory_order_relaxed);
-  p->verbs_pooled.store(g_verbs_pooled.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  store_verbs(p, g_verbs);  // g_verbs_mu held
 }
 
 Page* page() {
@@ -62,6 +71,7 @@ Page* page() {
   errno = saved;
   if (!m) return nullptr;
   p = new (m) Page();
+  std::lock_guard<std::mutex> verbs(g_verbs_mu);
   stamp(p);
   g_page.store(p, std::memory_order_release);
   return p;
@@ -80,6 +90,7 @@ const char* name(Outcome o) {
     case Outcome::kTcpTimeout: return "tcp:timeout";
     case Outcome::kTcpPolicy: return "tcp:policy";
     case Outcome::kTcpFdBudget: return "tcp:fd-budget";
+    case Outcome::kTcpVerbsLimit: return "tcp:verbs-limit";
     case Outcome::kCount: break;
   }
   return "?";
@@ -100,19 +111,30 @@ void uncount(Outcome o) {
   if (Page* p = g_page.load(std::memory_order_relaxed)) p->count_of(i).fetch_sub(1, std::memory_order_relaxed);
 }
 
-void set_verbs_memory(uint64_t registered, uint64_t pooled) {
-  g_verbs_registered.store(registered, std::memory_order_relaxed);
-  g_verbs_pooled.store(pooled, std::memory_order_relaxed);
-  if (Page* p = g_page.load(std::memory_order_acquire)) {
-    p->verbs_registered.store(registered, std::memory_order_relaxed);
-    p->verbs_pooled.store(pooled, std::memory_order_relaxed);
-  }
+void verbs_add(const VerbsResources& d) {
+  std::lock_guard<std::mutex> lock(g_verbs_mu);
+  g_verbs.registered += d.registered, g_verbs.pooled += d.pooled;
+  g_verbs.qps += d.qps, g_verbs.cqs += d.cqs, g_verbs.mrs += d.mrs;
+  if (Page* p = g_page.load(std::memory_order_acquire)) store_verbs(p, g_verbs);
+}
+
+VerbsResources verbs_resources() {
+  std::lock_guard<std::mutex> lock(g_verbs_mu);
+  return g_verbs;
+}
+
+void verbs_reset() {
+  // Only this thread exists now. The page may still be the parent's (the
+  // atfork handlers run in any order): after_fork_child stamps ours.
+  new (&g_verbs_mu) std::mutex();
+  g_verbs = VerbsResources{};
 }
 
 uint64_t get(Outcome o) { return g_local[static_cast<int>(o)].load(std::memory_order_relaxed); }
 
 void after_fork_child() {
   new (&g_mu) std::mutex();  // another thread of the parent may have held it
+  verbs_reset();
   for (auto& c : g_local) c.store(0, std::memory_order_relaxed);
   Page* p = g_page.load(std::memory_order_relaxed);
   if (!p) return;
@@ -129,6 +151,7 @@ void after_fork_child() {
     mmap(p, kPageBytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   } else {
     memcpy(static_cast<void*>(p), copy, kPageBytes);
+    std::lock_guard<std::mutex> verbs(g_verbs_mu);
     stamp(p);
     for (Slot& s : p->slot) {
       for (auto* c : {&s.tx_bytes, &s.tx_msgs, &s.rx_bytes, &s.rx_msgs}) c->store(0, std::memory_order_relaxed);

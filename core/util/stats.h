@@ -27,6 +27,7 @@ enum class Outcome : int {
   kTcpTimeout,          // the handshake did not finish within RDMASHIM_SETUP_TIMEOUT_MS
   kTcpPolicy,           // RDMASHIM_TRANSPORT=tcp, RDMASHIM_FORKGEN or RDMASHIM_DISABLE said no
   kTcpFdBudget,         // the descriptors the transport needs would crowd the program's own (util/fd_budget.h)
+  kTcpVerbsLimit,       // a verbs link would pass the device's limits or the registered-memory budget (verbs/limits.h)
   kCount
 };
 constexpr int kOutcomes = static_cast<int>(Outcome::kCount);
@@ -86,6 +87,10 @@ static_assert(sizeof(Slot) == 256 && offsetof(Slot, downgraded) == 152);
 //              older writer left them 0, an older reader skips them
 // 160 verbs_registered u64 bytes registered with the RDMA device (pinned)
 // 168 verbs_pooled     u64 of which kept for reuse by the next connection
+// 176 verbs_qps        u64 live queue pairs (one per verbs link)
+// 184 verbs_cqs        u64 live completion queues
+// 192 verbs_mrs        u64 live memory registrations (pooled ones included)
+//              (an older writer left 176..255 zero)
 // 256 slot      Slot[kSlots]
 struct Page {
   uint64_t magic;
@@ -97,7 +102,8 @@ struct Page {
   std::atomic<uint64_t> unlisted;
   std::atomic<uint64_t> counts_added[8];
   std::atomic<uint64_t> verbs_registered, verbs_pooled;
-  unsigned char pad2[256 - 176];
+  std::atomic<uint64_t> verbs_qps, verbs_cqs, verbs_mrs;
+  unsigned char pad2[256 - 200];
   std::atomic<uint64_t>& count_of(int outcome) {
     return outcome < kV2Outcomes ? counts[outcome] : counts_added[outcome - kV2Outcomes];
   }
@@ -112,13 +118,21 @@ constexpr size_t kPageV1Bytes = 4096;
 constexpr const char kMemfdName[] = "rdmashim-stats";
 static_assert(sizeof(Page) == kPageBytes);
 static_assert(offsetof(Page, slots) == 16 + 8 * kV2Outcomes && offsetof(Page, counts_added) == 96 &&
-              offsetof(Page, verbs_registered) == 160);
+              offsetof(Page, verbs_registered) == 160 && offsetof(Page, verbs_mrs) == 192);
 static_assert(kOutcomes <= kV2Outcomes + 8);
 
 const char* name(Outcome o);
-// The verbs device's registered memory, as verbs::Device counts it. Written
-// into the page if there is one (never creates it).
-void set_verbs_memory(uint64_t registered, uint64_t pooled);
+// The verbs resources this process holds. verbs::Device changes them where
+// each is created and destroyed (and the pool takes or gives up a buffer);
+// written into the page if there is one (never creates it).
+struct VerbsResources {
+  int64_t registered = 0, pooled = 0;  // bytes
+  int64_t qps = 0, cqs = 0, mrs = 0;
+};
+void verbs_add(const VerbsResources& delta);
+VerbsResources verbs_resources();
+// In a forked child: the parent's resources are not ours (all zero again).
+void verbs_reset();
 void count(Outcome o);
 void uncount(Outcome o);  // a connection counted as `o` turned out otherwise
 uint64_t get(Outcome o);

@@ -1,6 +1,7 @@
 #include "verbs/device.h"
 
 #include <arpa/inet.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <stdlib.h>
 #include <sys/mman.h>
@@ -19,6 +20,7 @@
 
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/fault.h"
 #include "util/log.h"
 #include "util/stats.h"
@@ -33,8 +35,6 @@ std::mutex g_mu;
 Device* g_device = nullptr;
 bool g_tried = false;
 int g_err = -ENODEV;
-std::atomic<uint64_t> g_registered{0}, g_pooled{0};
-
 std::atomic<bool> g_given_up{false};
 
 // g_mu held.
@@ -44,10 +44,6 @@ void give_up_locked(const char* what) {
                 config().setup_timeout_ms, what);
 }
 
-void report_memory() {
-  stats::set_verbs_memory(g_registered.load(std::memory_order_relaxed), g_pooled.load(std::memory_order_relaxed));
-}
-
 bool ipv4_mapped(const ibv_gid& g) {
   static const unsigned char kPrefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return memcmp(g.raw, kPrefix, sizeof kPrefix) == 0;
@@ -55,10 +51,17 @@ bool ipv4_mapped(const ibv_gid& g) {
 
 }  // namespace
 
-uint64_t registered_bytes() { return g_registered.load(std::memory_order_relaxed); }
-uint64_t pooled_bytes() { return g_pooled.load(std::memory_order_relaxed); }
-
-Device::Device() : pool_(config().verbs_pool_bytes) {}
+Device::Device() : pool_(config().verbs_pool_bytes) {
+  budget_ = config().verbs_mem_bytes;
+  if (budget_ == 0) {
+    long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    uint64_t ram = pages > 0 && page > 0 ? static_cast<uint64_t>(pages) * static_cast<uint64_t>(page) : 0;
+    rlimit lim{};
+    bool finite = getrlimit(RLIMIT_MEMLOCK, &lim) == 0 && lim.rlim_cur != RLIM_INFINITY;
+    // root (CAP_IPC_LOCK) registers past the limit, as ring_size_for assumes.
+    budget_ = default_budget(ram, finite ? lim.rlim_cur : UINT64_MAX, geteuid() == 0);
+  }
+}
 
 // Opening a device runs provider code that has been seen to block (a wedged
 // driver, a dead fabric manager). It runs under the watchdog: if it takes
@@ -134,6 +137,9 @@ Device* Device::open_first(int* err) {
       d->ethernet_ = pattr.link_layer == IBV_LINK_LAYER_ETHERNET;
       d->judgement_ = judge(gather_facts(name, dattr.vendor_id), config().transport, config().soft_verbs);
       d->refusal_ = "software rdma " + d->name_;
+      d->limits_ = DeviceLimits{static_cast<uint64_t>(dattr.max_qp > 0 ? dattr.max_qp : 0),
+                                static_cast<uint64_t>(dattr.max_cq > 0 ? dattr.max_cq : 0),
+                                static_cast<uint64_t>(dattr.max_mr > 0 ? dattr.max_mr : 0)};
       break;
     }
     if (!d->ctx_) api->close_device(ctx);
@@ -148,6 +154,12 @@ Device* Device::open_first(int* err) {
   }
   RDMASHIM_INFO("verbs: using %s port %u (mtu %d); %s", d->name_.c_str(), d->port_, 128 << d->mtu_,
                 d->judgement_.reason.c_str());
+  RDMASHIM_INFO("verbs: this process uses at most %llu queue pairs, %llu completion queues and %llu memory regions "
+                "of %s's and registers at most %llu bytes (RDMASHIM_VERBS_MEM)",
+                static_cast<unsigned long long>(usable(d->limits_.max_qp)),
+                static_cast<unsigned long long>(usable(d->limits_.max_cq)),
+                static_cast<unsigned long long>(usable(d->limits_.max_mr)), d->name_.c_str(),
+                static_cast<unsigned long long>(d->budget_));
   *err = 0;
   return d;
 }
@@ -162,9 +174,7 @@ void Device::forget_after_fork() {
     sys::real().close(g_device->ctx_->async_fd);
   }
   g_device = nullptr;  // leaked on purpose: the memory is the parent's copy
-  g_registered.store(0, std::memory_order_relaxed);  // the parent's registrations, not ours
-  g_pooled.store(0, std::memory_order_relaxed);
-  report_memory();
+  stats::verbs_reset();  // the parent's queues and registrations, not ours
   g_tried = false;
 }
 
@@ -205,44 +215,150 @@ int Device::gid_index_for(const sockaddr* local) const {
   return any_v2 >= 0 ? any_v2 : 0;
 }
 
+ibv_comp_channel* Device::create_channel(int* err) {
+  ibv_comp_channel* ch = ibv()->create_comp_channel(ctx_);
+  if (!ch) return *err = -EIO, nullptr;
+  // The doorbell must never block a check, nor take a number the program
+  // would get on TCP (a thousand connections would meet EMFILE at half).
+  sys::real().fcntl(ch->fd, F_SETFL, sys::real().fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
+  int fd = ch->fd;
+  bool kept = fds::keep(&fd, 1);  // closes it when there is no room
+  ch->fd = fd;
+  if (!kept) {
+    ibv()->destroy_comp_channel(ch);
+    return *err = -EMFILE, nullptr;
+  }
+  sys::real().fcntl(ch->fd, F_SETFD, FD_CLOEXEC);  // never into an exec'd program
+  return ch;
+}
+
+void Device::destroy_channel(ibv_comp_channel* channel) {
+  if (!channel) return;
+  // Ours to close: the library's own close() would meet the hook's EBADF
+  // for a descriptor of ours (and a number left marked ours).
+  fds::close(channel->fd);
+  channel->fd = -1;
+  ibv()->destroy_comp_channel(channel);
+}
+
+ibv_cq* Device::create_cq(int depth, ibv_comp_channel* channel) {
+  ibv_cq* cq = ibv()->create_cq(ctx_, depth, nullptr, channel, 0);
+  if (cq) stats::verbs_add({.cqs = 1});
+  return cq;
+}
+
+void Device::destroy_cq(ibv_cq* cq) {
+  if (!cq) return;
+  ibv()->destroy_cq(cq);
+  stats::verbs_add({.cqs = -1});
+}
+
+ibv_qp* Device::create_qp(ibv_qp_init_attr* init) {
+  ibv_qp* qp = ibv()->create_qp(pd_, init);
+  if (qp) stats::verbs_add({.qps = 1});
+  return qp;
+}
+
+void Device::destroy_qp(ibv_qp* qp) {
+  if (!qp) return;
+  ibv()->destroy_qp(qp);
+  stats::verbs_add({.qps = -1});
+}
+
 void Device::deregister(const Buffer& b) {
   ibv()->dereg_mr(b.mr);
   munmap(b.data, b.size);
-  g_registered.fetch_sub(b.size, std::memory_order_relaxed);
+  stats::verbs_add({.registered = -static_cast<int64_t>(b.size), .mrs = -1});
 }
 
-bool Device::take(size_t size, bool remote, Buffer* out) {
+VerbsUsage Device::usage_locked() {
+  stats::VerbsResources r = stats::verbs_resources();
+  VerbsUsage u;
+  u.qps = static_cast<uint64_t>(r.qps), u.cqs = static_cast<uint64_t>(r.cqs), u.mrs = static_cast<uint64_t>(r.mrs);
+  u.registered = static_cast<uint64_t>(r.registered);
+  u.pooled = pool_.bytes(), u.pooled_mrs = pool_.count();
+  return u;
+}
+
+Refusal Device::admit_link(uint64_t bytes) {
+  Refusal r;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    r = verbs::admit_link(limits_, usage_locked(), bytes, budget_);
+  }
+  if (r != Refusal::kNone) say_refused(r);
+  return r;
+}
+
+void Device::say_refused(Refusal r) {
+  static std::atomic<bool> said{false};
+  if (r == Refusal::kNone || said.exchange(true)) return;
+  VerbsUsage u;
+  {
+    std::lock_guard<std::mutex> lock(pool_mu_);
+    u = usage_locked();
+  }
+  RDMASHIM_WARN("verbs: new connections stay on TCP (tcp:verbs-limit: %s): %llu/%llu queue pairs, %llu/%llu "
+                "completion queues, %llu/%llu memory regions (usable of %s's), %llu/%llu bytes registered",
+                refusal_text(r), static_cast<unsigned long long>(u.qps),
+                static_cast<unsigned long long>(usable(limits_.max_qp)), static_cast<unsigned long long>(u.cqs),
+                static_cast<unsigned long long>(usable(limits_.max_cq)), static_cast<unsigned long long>(u.mrs),
+                static_cast<unsigned long long>(usable(limits_.max_mr)), name_.c_str(),
+                static_cast<unsigned long long>(u.registered), static_cast<unsigned long long>(budget_));
+}
+
+bool Device::take(size_t size, bool remote, Buffer* out, bool budgeted, Refusal* why) {
+  if (why) *why = Refusal::kNone;
+  std::vector<Buffer> evicted;
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     if (pool_.take(size, remote, out)) {
-      g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
-      report_memory();
+      stats::verbs_add({.pooled = -static_cast<int64_t>(size)});
       return true;
     }
+    VerbsUsage u = usage_locked();
+    Refusal r = admit_registration(limits_, u, size, budget_, budgeted);
+    if (r != Refusal::kNone) {
+      if (why) *why = r;
+      return false;
+    }
+    // Room for it: the pool gives up its oldest buffers first.
+    Buffer old;
+    int64_t freed = 0;
+    while ((u.registered + size > budget_ || u.mrs + 1 > usable(limits_.max_mr)) && pool_.evict_oldest(&old)) {
+      evicted.push_back(old);
+      u.registered -= old.size, u.mrs -= 1;
+      freed += static_cast<int64_t>(old.size);
+    }
+    // Counted now, under the lock: a concurrent take sees it.
+    stats::verbs_add({.registered = static_cast<int64_t>(size), .pooled = -freed, .mrs = 1});
   }
+  for (const Buffer& b : evicted) deregister(b);
   void* mem = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (mem == MAP_FAILED) return false;
+  if (mem == MAP_FAILED) {
+    stats::verbs_add({.registered = -static_cast<int64_t>(size), .mrs = -1});
+    return false;
+  }
   int access = IBV_ACCESS_LOCAL_WRITE | (remote ? IBV_ACCESS_REMOTE_WRITE : 0);
   bool injected = RDMASHIM_FAULT(kIbvMr);  // a test's fault says so itself: no warning
   ibv_mr* mr = injected ? nullptr : ibv()->reg_mr(pd_, mem, size, access);
   if (!mr) {
     int e = errno;
     munmap(mem, size);
+    stats::verbs_add({.registered = -static_cast<int64_t>(size), .mrs = -1});
     // Usually RLIMIT_MEMLOCK (registration pins the ring): say so once; the
     // connection stays on TCP rather than get a ring smaller than TCP's.
     static std::atomic<bool> warned{false};
     rlimit lim{};
     if (!injected && !warned.exchange(true) && getrlimit(RLIMIT_MEMLOCK, &lim) == 0) {
-      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %llu bytes registered, RLIMIT_MEMLOCK %lld): "
+      RDMASHIM_WARN("verbs: registering a %zu-byte ring failed (%s; %lld bytes registered, RLIMIT_MEMLOCK %lld): "
                     "such connections stay on TCP (raise ulimit -l, or set RDMASHIM_RING_SIZE)",
-                    size, strerror(e), static_cast<unsigned long long>(g_registered.load()),
+                    size, strerror(e), static_cast<long long>(stats::verbs_resources().registered),
                     lim.rlim_cur == RLIM_INFINITY ? -1LL : static_cast<long long>(lim.rlim_cur));
     }
     return false;
   }
   *out = Buffer{mem, size, mr, remote};
-  g_registered.fetch_add(size, std::memory_order_relaxed);
-  report_memory();
   return true;
 }
 
@@ -252,16 +368,17 @@ void Device::give_back(const Buffer& b) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     pool_.give_back(b, &drop);
-    g_pooled.store(pool_.bytes(), std::memory_order_relaxed);
   }
+  // What the pool kept of b, less what it evicted (b itself, when too large).
+  int64_t pooled = static_cast<int64_t>(b.size);
+  for (const Buffer& d : drop) pooled -= static_cast<int64_t>(d.size);
+  stats::verbs_add({.pooled = pooled});
   for (const Buffer& d : drop) deregister(d);
-  report_memory();
 }
 
 void Device::drop(const Buffer& b) {
   if (!b.mr) return;
   deregister(b);
-  report_memory();
 }
 
 }  // namespace rdmashim::verbs

@@ -13,15 +13,11 @@
 #include <string>
 #include <vector>
 
+#include "verbs/limits.h"
 #include "verbs/policy.h"
 #include "verbs/reg_pool.h"
 
 namespace rdmashim::verbs {
-
-// Bytes this process has registered with the device now (connections' rings
-// and the pool), and how many of them the pool holds; also in the stats page.
-uint64_t registered_bytes();
-uint64_t pooled_bytes();
 
 class Device {
  public:
@@ -55,9 +51,30 @@ class Device {
   int gid_index_for(const sockaddr* local) const;
   bool gid(int index, ibv_gid* out) const;
 
+  // A link's queues, counted in the stats page (stats::verbs_add) here and
+  // nowhere else; the fault injection stays with the caller.
+  // A completion channel whose descriptor is non-blocking and kept out of
+  // the program's numbers (util/fd_budget.h): -EMFILE when there is no
+  // room for it (the connection stays on TCP as tcp:fd-budget).
+  ibv_comp_channel* create_channel(int* err);
+  void destroy_channel(ibv_comp_channel* channel);
+  ibv_cq* create_cq(int depth, ibv_comp_channel* channel);
+  void destroy_cq(ibv_cq* cq);
+  ibv_qp* create_qp(ibv_qp_init_attr* init);
+  void destroy_qp(ibv_qp* qp);
+
+  // Whether this process may make one more link registering `bytes`
+  // (verbs/limits.h); the first refusal is also said in a warning.
+  Refusal admit_link(uint64_t bytes);
+  // A link refused (by admit_link or a take): said once per process, with the figures.
+  void say_refused(Refusal r);
+
   // Registered memory, reused across connections. Pages are pinned by the
-  // registration: a ring costs its whole size while it exists.
-  bool take(size_t size, bool remote, Buffer* out);
+  // registration: a ring costs its whole size while it exists. Counted
+  // (bytes, registrations, the pool's share) in the stats page. A new
+  // registration must fit the limits (the pool gives up entries first) and,
+  // when budgeted, the memory budget; *why says which refused it.
+  bool take(size_t size, bool remote, Buffer* out, bool budgeted = true, Refusal* why = nullptr);
   void give_back(const Buffer& b);
   // Deregisters b now, past the pool (a region an idle connection shrank from).
   void drop(const Buffer& b);
@@ -67,6 +84,7 @@ class Device {
   static Device* open_first(int* err);  // the first active port (or RDMASHIM_DEVICE)
   std::string gid_type(int index) const;
   static void deregister(const Buffer& b);
+  VerbsUsage usage_locked();  // pool_mu_ held
 
   std::string name_;
   ibv_context* ctx_ = nullptr;
@@ -78,7 +96,9 @@ class Device {
   bool ethernet_ = true;
   Judgement judgement_;
   std::string refusal_;
-  std::mutex pool_mu_;
+  DeviceLimits limits_;  // queried once, at open
+  uint64_t budget_ = 0;  // registered bytes at most (RDMASHIM_VERBS_MEM or default_budget)
+  std::mutex pool_mu_;   // the pool, and a registration's admission with its reservation
   RegPool pool_;
 };
 

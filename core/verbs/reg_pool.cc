@@ -14,6 +14,14 @@ bool RegPool::take(size_t size, bool remote, Buffer* out) {
   return false;
 }
 
+bool RegPool::evict_oldest(Buffer* out) {
+  if (pool_.empty()) return false;
+  *out = pool_.front();
+  bytes_ -= out->size;
+  pool_.erase(pool_.begin());
+  return true;
+}
+
 void RegPool::give_back(const Buffer& b, std::vector<Buffer>* drop) {
   if (!b.mr) return;
   if (b.size > cap_) {

@@ -30,6 +30,8 @@ class RegPool {
   // must be deregistered now is appended to *drop (b itself if it is larger
   // than the whole cap).
   void give_back(const Buffer& b, std::vector<Buffer>* drop);
+  // Gives up the oldest entry (to deregister: room for a live connection).
+  bool evict_oldest(Buffer* out);
   size_t bytes() const { return bytes_; }
   size_t count() const { return pool_.size(); }
   size_t cap() const { return cap_; }

@@ -368,7 +368,7 @@ void VerbsLink::publish_head(uint64_t head) {
   if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) {
     // The producer found our region full: a bigger one (rarely: x4 each time).
     std::lock_guard<std::mutex> lock(offer_mu_);
-    if (rx_rgn_.can_offer() && rx_rgn_.pressure()) offer_region(rx_rgn_.grown_size());
+    if (rx_rgn_.can_offer() && rx_rgn_.pressure()) offer_region(rx_rgn_.grown_size(), true);
   }
 }
 

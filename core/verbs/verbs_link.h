@@ -61,8 +61,10 @@ class VerbsLink final : public Link {
   // of the staging (kStartRegion at most; local_params() offers ring_size as
   // the ring) and posts the receives. Under the watchdog
   // (util/watchdog.h): a provider that does not answer within the setup
-  // timeout gives -ETIMEDOUT, and this process stops using verbs.
-  static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err);
+  // timeout gives -ETIMEDOUT, and this process stops using verbs. A process
+  // at its verbs limits (verbs/limits.h) gets -EDQUOT, *limit saying which.
+  static std::unique_ptr<VerbsLink> create(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                           const char** limit = nullptr);
   ~VerbsLink() override;
 
   const Params& local_params() const { return local_; }
@@ -119,6 +121,7 @@ class VerbsLink final : public Link {
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
   static constexpr int kSendSlots = kSendDepth;  // a slot is reused only after its WR completed
+  static constexpr size_t kCtlBytes = (kRecvDepth + kSendSlots) * sizeof(Ctl);
   static constexpr uint64_t kIdleNs = 1'000'000'000;  // drained this long: shrink
   struct Piece {
     uint64_t raddr;
@@ -146,7 +149,8 @@ class VerbsLink final : public Link {
   // what was posted.
   void adopt_locked(std::unique_lock<std::mutex>& lock);
   // Consumer, offer_mu_ held: registers a region of `size` and offers it.
-  void offer_region(size_t size);
+  // budgeted: a larger region (a shrink replaces a larger one, so it may not be refused for memory).
+  void offer_region(size_t size, bool budgeted);
   void retire_rx();  // reader: gives back the region the stream left
   // Tx owned, everything put posted: grows a staging writers found full
   // (grow_only: only that), shrinks an idle one, gives back the previous one.
@@ -154,7 +158,8 @@ class VerbsLink final : public Link {
 
   void repost_receives(int n);
   static uint64_t widen(uint64_t old, uint32_t low31);
-  static std::unique_ptr<VerbsLink> create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err);
+  static std::unique_ptr<VerbsLink> create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                               Refusal* why);
   // A transition the watchdog gave up on: the thread still in the provider
   // gets our QP, CQ, channel and rings, and releases them if it returns.
   void hand_over_resources(Leftovers* to);

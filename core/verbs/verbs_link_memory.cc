@@ -19,11 +19,12 @@ void VerbsLink::adopt_locked(std::unique_lock<std::mutex>& lock) {
   post_ctl_locked(s);
 }
 
-void VerbsLink::offer_region(size_t size) {
+void VerbsLink::offer_region(size_t size, bool budgeted) {
   Buffer b;
-  if (!dev_.take(size, true, &b)) {
-    // Registration refused (RLIMIT_MEMLOCK, the device's limits): we stay
-    // as we are, and the producer reports no more pressure on this region.
+  if (!dev_.take(size, true, &b, budgeted)) {
+    // Registration refused (the memory budget, the device's limits,
+    // RLIMIT_MEMLOCK): we stay as we are, still correct, and the producer
+    // reports no more pressure on this region.
     rx_rgn_.clear_pressure();
     RDMASHIM_DEBUG("verbs: registering a %zu-byte region failed: the ring stays at %zu", size, rx_rgn_.size());
     return;
@@ -78,7 +79,7 @@ uint64_t VerbsLink::maintain_staging(uint64_t now, bool grow_only) {
   }
   if (want == stage || old_tx_.mr) return due;  // one change in flight at a time
   Buffer b;
-  if (!dev_.take(want, false, &b)) return due;
+  if (!dev_.take(want, false, &b, want > stage)) return due;  // a larger one within the budget, or none
   // Positions from the tail on are staged in the new buffer; the old one
   // goes once the writes from it completed.
   old_tx_ = tx_;
@@ -111,7 +112,7 @@ uint64_t VerbsLink::maintain(uint64_t now, bool tx_owned, bool rx_owned) {
   std::lock_guard<std::mutex> lock(offer_mu_);
   if (!rx_rgn_.can_offer()) return due;
   if (rx_rgn_.pressure()) {
-    offer_region(rx_rgn_.grown_size());
+    offer_region(rx_rgn_.grown_size(), true);
     return due;
   }
   const size_t small = std::min(ring_size_, kStartRegion);
@@ -127,7 +128,7 @@ uint64_t VerbsLink::maintain(uint64_t now, bool tx_owned, bool rx_owned) {
     idle_since_ = now;
   }
   if (now - idle_since_ >= kIdleNs) {
-    offer_region(small);
+    offer_region(small, false);
     idle_since_ = 0;
     return due;
   }

@@ -4,7 +4,6 @@
 // exit, forgetting them after fork). The data path is in verbs_link.cc.
 #include "verbs/verbs_link.h"
 
-#include <fcntl.h>
 #include <netinet/in.h>
 
 #include <pthread.h>
@@ -17,7 +16,6 @@
 #include <new>
 #include <vector>
 
-#include "sys/sys.h"
 #include "util/fault.h"
 #include "util/config.h"
 #include "util/misc.h"
@@ -59,11 +57,11 @@ struct Leftovers {
       returned = true;
       mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
     }
-    const IbvApi* api = ibv();
-    if (mine.qp) api->destroy_qp(mine.qp);
-    if (mine.cq) api->destroy_cq(mine.cq);
-    if (mine.channel) api->destroy_comp_channel(mine.channel);
-    if (mine.dev) mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
+    if (!mine.dev) return;  // nothing was handed over
+    mine.dev->destroy_qp(mine.qp);
+    mine.dev->destroy_cq(mine.cq);
+    mine.dev->destroy_channel(mine.channel);
+    mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
 
@@ -94,12 +92,21 @@ void VerbsLink::forget_after_fork() {
 // timeout the connection stays on TCP and the process stops using verbs (a
 // provider that blocked once is wedged); the thread left in the provider
 // releases what it made if it ever returns.
-std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                             const char** limit) {
+  // Within this process's share of the device and its memory budget, or
+  // not at all (no provider call, no thread): the connection stays on TCP.
+  const uint64_t first = std::min(ring_size, kStartRegion);
+  if (Refusal r = dev.admit_link(2 * first + kCtlBytes); r != Refusal::kNone) {
+    if (limit) *limit = refusal_text(r);
+    return *err = -EDQUOT, nullptr;
+  }
   struct Job {
     sockaddr_storage local{};
     bool has_local = false;
     std::unique_ptr<VerbsLink> link;
     int err = -EIO;
+    Refusal why = Refusal::kNone;
   };
   auto job = std::make_shared<Job>();
   if (!job) return *err = -ENOMEM, nullptr;
@@ -113,7 +120,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
       config().setup_timeout_ms,
       [job, d, ring_size] {
         job->link = create_now(*d, ring_size, job->has_local ? reinterpret_cast<sockaddr*>(&job->local) : nullptr,
-                               &job->err);
+                               &job->err, &job->why);
       },
       [job] { job->link.reset(); });
   if (!in_time) {
@@ -121,10 +128,12 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
     return *err = -ETIMEDOUT, nullptr;
   }
   *err = job->err;
+  if (job->why != Refusal::kNone && limit) *limit = refusal_text(job->why);
   return std::move(job->link);
 }
 
-std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err) {
+std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, const sockaddr* local, int* err,
+                                                 Refusal* why) {
   const IbvApi* api = ibv();
   std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
   if (!l) return *err = -ENOMEM, nullptr;
@@ -132,17 +141,17 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   *err = -ENOMEM;
   // The rings start small and grow under pressure (verbs/regions.h).
   size_t first = std::min(ring_size, kStartRegion);
-  if (!dev.take(first, true, &l->first_rx_) || !dev.take(first, false, &l->tx_) ||
-      !dev.take((kRecvDepth + kSendSlots) * sizeof(Ctl), false, &l->ctl_)) {
+  // Admitted, but another connection may have taken the room meanwhile.
+  if (!dev.take(first, true, &l->first_rx_, true, why) || !dev.take(first, false, &l->tx_, true, why) ||
+      !dev.take(kCtlBytes, false, &l->ctl_, true, why)) {
+    if (*why != Refusal::kNone) dev.say_refused(*why), *err = -EDQUOT;
     return nullptr;
   }
   *err = -EIO;
-  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : api->create_comp_channel(dev.context());
+  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : dev.create_channel(err);
   if (!l->channel_) return nullptr;
-  // The doorbell must never block a check, and must not leak into exec'd programs.
-  sys::real().fcntl(l->channel_->fd, F_SETFL, sys::real().fcntl(l->channel_->fd, F_GETFL) | O_NONBLOCK);
-  sys::real().fcntl(l->channel_->fd, F_SETFD, FD_CLOEXEC);
-  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : api->create_cq(dev.context(), kSendDepth + kRecvDepth, nullptr, l->channel_, 0);
+  *err = -EIO;
+  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kSendDepth + kRecvDepth, l->channel_);
   if (!l->cq_) return nullptr;
   ibv_qp_init_attr init{};
   init.send_cq = l->cq_;
@@ -155,10 +164,10 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   init.cap.max_recv_sge = 1;
   init.cap.max_inline_data = 256;
   if (RDMASHIM_FAULT(kIbvQpBlock)) fault::block_forever();
-  l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
+  l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : dev.create_qp(&init);
   if (!l->qp_) {
     init.cap.max_inline_data = 0;  // some providers cannot inline at all
-    l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : api->create_qp(dev.pd(), &init);
+    l->qp_ = RDMASHIM_FAULT(kIbvQp) ? nullptr : dev.create_qp(&init);
   }
   if (!l->qp_) return nullptr;
   l->max_inline_ = init.cap.max_inline_data;
@@ -199,12 +208,10 @@ VerbsLink::~VerbsLink() {
   }
   const IbvApi* api = ibv();
   if (!api) return;
-  if (qp_) api->destroy_qp(qp_);
-  if (cq_) {
-    if (events_unacked_) api->ack_cq_events(cq_, events_unacked_);
-    api->destroy_cq(cq_);
-  }
-  if (channel_) api->destroy_comp_channel(channel_);
+  dev_.destroy_qp(qp_);
+  if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
+  dev_.destroy_cq(cq_);
+  dev_.destroy_channel(channel_);
   Buffer offered;
   if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);
   dev_.give_back(connected_ ? rx_rgn_.current() : first_rx_);

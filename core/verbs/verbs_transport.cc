@@ -24,10 +24,11 @@ size_t VerbsTransport::ring_size_for(int fd) {
   return ring < cap ? ring : cap;
 }
 
-std::unique_ptr<VerbsTransport> VerbsTransport::prepare(const sockaddr* local, size_t ring_size, int* err) {
+std::unique_ptr<VerbsTransport> VerbsTransport::prepare(const sockaddr* local, size_t ring_size, int* err,
+                                                       const char** limit) {
   Device* dev = Device::get(err);
   if (!dev) return nullptr;
-  std::unique_ptr<VerbsLink> link = VerbsLink::create(*dev, ring_size, local, err);
+  std::unique_ptr<VerbsLink> link = VerbsLink::create(*dev, ring_size, local, err, limit);
   if (!link) return nullptr;
   std::unique_ptr<VerbsTransport> t(new (std::nothrow) VerbsTransport(std::move(link)));
   if (!t) *err = -ENOMEM;

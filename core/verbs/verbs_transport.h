@@ -22,8 +22,10 @@ class VerbsTransport final : public Transport {
   // A QP in INIT with its rings registered at ring_size (callers: never
   // more than tcp_equivalent_ring_size of their own socket), for the
   // connection whose local address is `local`. nullptr and *err (negative
-  // errno) when there is no usable device.
-  static std::unique_ptr<VerbsTransport> prepare(const sockaddr* local, size_t ring_size, int* err);
+  // errno) when there is no usable device; -EDQUOT, *limit saying which,
+  // when this process is at its verbs limits (verbs/limits.h).
+  static std::unique_ptr<VerbsTransport> prepare(const sockaddr* local, size_t ring_size, int* err,
+                                                 const char** limit = nullptr);
   // The ring size a connection on `fd` registers: what TCP would buffer
   // there, but never more than RLIMIT_MEMLOCK lets an unprivileged process
   // pin for two connections (ring + send buffer each): with the common

@@ -103,6 +103,7 @@ enum AckFallback : uint8_t {
   kFallbackSetupFailed = 2,  // the server could not build (or hand over) the transport
   kFallbackFdBudget = 3,     // its descriptors would have crowded the server program's own
   kFallbackSoftware = 4,     // its RDMA device is software, slower than TCP across hosts (verbs/policy.h)
+  kFallbackVerbsLimit = 5,   // a verbs link would pass its device's limits or memory budget (verbs/limits.h)
 };
 static_assert(sizeof(Ack) == 64);
 static_assert(offsetof(Ack, ring_size) == 12 && offsetof(Ack, token) == 32 && offsetof(Ack, flags) == 49);

@@ -4,10 +4,15 @@
 # unmodified tcpPingPong under `rdmashim run`; then the asyncio echo of
 # tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
 # run`; then a connection that moves 256 MiB and goes idle, which must give
-# its registered memory back (guest/idle_peer.py, `rdmashim stat`). Passes
-# when every run completes (the echo byte-exact, without deadlock), every
-# side logged "-> verbs" and the idle connection's registration shrank. Exit 77 (skip) when no guest can run.
-# env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000)
+# its registered memory back (guest/idle_peer.py, `rdmashim stat`); then one
+# process opens MANY_N connections to a server whose verbs memory budget is
+# 4 MiB (guest/many_conns.py). Passes when every run completes (the echoes
+# byte-exact, without deadlock), every side logged "-> verbs", the idle
+# connection's registration shrank, and the many connections split into K on
+# verbs and the rest tcp:verbs-limit with `rdmashim stat` counting K QPs and
+# CQs. Exit 77 (skip) when no guest can run.
+# env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000),
+#      MANY_N (connections, 16), MANY_BYTES (echoed on each, 256 KiB)
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
@@ -17,7 +22,7 @@ softroce_stage
 # they would only take turns at scheduler ticks.
 export RDMASHIM_VM_SMP=${RDMASHIM_VM_SMP:-2}
 st=0
-out=$("$VM" run1 --timeout 300 -- "PP_ITERS=${PP_ITERS:-2000} bash $STAGE/guest/local_verbs.sh" 2>&1) || st=$?
+out=$("$VM" run1 --timeout 420 -- "PP_ITERS=${PP_ITERS:-2000} MANY_N=${MANY_N:-16} MANY_BYTES=${MANY_BYTES:-262144} bash $STAGE/guest/local_verbs.sh" 2>&1) || st=$?
 printf '%s\n' "$out" | sed 's/^/  | /'
 
 fail=0
@@ -65,6 +70,30 @@ check "idle connection moved its bytes over verbs" "$([[ $(kv "$i" rc) == 0 && $
 echo "info: largest verbs_registered seen while moving: ${busy:-none} bytes (sampled; under TCG a sample takes seconds)"
 check "idle connection gave its registration back" "$([[ -n $idle && ${idle%%/*} -gt 0 && ${idle%%/*} -le $((2 << 20)) && ${idle##*/} == 2 ]] && echo 1 || echo 0)" \
 	"verbs_registered/verbs_pooled/processes while idle: ${idle:-none} (bound $((2 << 20)) each)"
+# Many connections in one process, the server's verbs memory 4 MiB: the
+# first K on verbs at both ends, the rest tcp:verbs-limit at both ends, every
+# byte echoed, and `rdmashim stat` counting one QP and one CQ per verbs
+# connection in each process, three memory regions per server link (its
+# regions may not grow past the budget), the server within its budget. The
+# client's links may grow (up to two more regions each while a larger one is
+# offered or an old staging drains) and its pool keeps the last refused
+# link's three.
+m=$(result "$out" many)
+n=${MANY_N:-16}
+k=$(kv "$m" server_verbs)
+IFS=/ read -r cq cc cm creg cpool <<<"$(kv "$m" client_stat)"
+IFS=/ read -r sq sc sm sreg spool <<<"$(kv "$m" server_stat)"
+check "$n connections from one process: every byte echoed" "$([[ $(kv "$m" rc) == 0 && $(kv "$m" json) == *'"exact": true'* ]] && echo 1 || echo 0)" \
+	"rc=$(kv "$m" rc), opened and moved in $(kv "$m" secs) s, $(kv "$m" json)"
+check "the first K on verbs, the rest tcp:verbs-limit, at both ends" \
+	"$([[ -n $k && $k -ge 1 && $k -lt $n && $(kv "$m" client_verbs) == "$k" && $(kv "$m" server_limit) == $((n - k)) && $(kv "$m" client_limit) == $((n - k)) ]] && echo 1 || echo 0)" \
+	"K=$k: client $(kv "$m" client_verbs) verbs + $(kv "$m" client_limit) limited ($(kv "$m" client_reason)), server $k verbs + $(kv "$m" server_limit) limited ($(kv "$m" server_reason))"
+check "rdmashim stat: server QPs, CQs = K, MRs = 3K, within 4 MiB" \
+	"$([[ $sq == "$k" && $sc == "$k" && $sm == $((3 * k)) && -n $sreg && $sreg -le $((4 << 20)) ]] && echo 1 || echo 0)" \
+	"qps/cqs/mrs/registered/pooled: $(kv "$m" server_stat)"
+check "rdmashim stat: client QPs, CQs = K, MRs 3K..5K+3" \
+	"$([[ $cq == "$k" && $cc == "$k" && $cm -ge $((3 * k)) && $cm -le $((5 * k + 3)) ]] && echo 1 || echo 0)" \
+	"qps/cqs/mrs/registered/pooled: $(kv "$m" client_stat)"
 if ((fail)); then
 	echo "softroce.verbs_local: FAILED"
 	exit 1

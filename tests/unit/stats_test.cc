@@ -165,19 +165,26 @@ TEST(StatsRow, DowngradedReasonAndReuse) {
   EXPECT_EQ(again.row()->downgraded[0], 0);
 }
 
-// What verbs::Device reports lands in the page `rdmashim stat` reads.
-TEST(StatsPage, CarriesTheVerbsRegisteredMemory) {
+// What verbs::Device counts lands in the page `rdmashim stat` reads.
+TEST(StatsPage, CarriesTheVerbsResources) {
+  VerbsResources before = verbs_resources();
+  verbs_add({.registered = int64_t{48} << 20, .pooled = int64_t{16} << 20, .qps = 2, .cqs = 2, .mrs = 7});
   auto [c, s] = tcp_pair();
   Row row;
   row.open(c.get(), Outcome::kVerbs, false, 16 << 20);  // makes sure the page exists
-  set_verbs_memory(uint64_t{48} << 20, uint64_t{16} << 20);
+  verbs_add({.qps = 1, .cqs = 1, .mrs = 3});
   Mapped m;
   map_own_page(&m);
   ASSERT_NE(m.page, nullptr);
-  EXPECT_EQ(m.page->verbs_registered.load(), uint64_t{48} << 20);
-  EXPECT_EQ(m.page->verbs_pooled.load(), uint64_t{16} << 20);
-  set_verbs_memory(0, 0);
-  EXPECT_EQ(m.page->verbs_registered.load(), 0u);
+  EXPECT_EQ(m.page->verbs_registered.load(), static_cast<uint64_t>(before.registered + (int64_t{48} << 20)));
+  EXPECT_EQ(m.page->verbs_pooled.load(), static_cast<uint64_t>(before.pooled + (int64_t{16} << 20)));
+  EXPECT_EQ(m.page->verbs_qps.load(), static_cast<uint64_t>(before.qps + 3));
+  EXPECT_EQ(m.page->verbs_cqs.load(), static_cast<uint64_t>(before.cqs + 3));
+  EXPECT_EQ(m.page->verbs_mrs.load(), static_cast<uint64_t>(before.mrs + 10));
+  verbs_add({.registered = -(int64_t{48} << 20), .pooled = -(int64_t{16} << 20), .qps = -3, .cqs = -3, .mrs = -10});
+  EXPECT_EQ(m.page->verbs_registered.load(), static_cast<uint64_t>(before.registered));
+  EXPECT_EQ(m.page->verbs_qps.load(), static_cast<uint64_t>(before.qps));
+  EXPECT_EQ(m.page->verbs_mrs.load(), static_cast<uint64_t>(before.mrs));
 }
 
 int live_rows(const Page* p) {

@@ -95,3 +95,39 @@ wait "$cpid"
 crc=$?
 wait "$ipid"
 say "idle.verbs rc=$crc secs=$(elapsed "$t0" "$t1") busy_registered=$busy idle_registered=$idle client=$(transport_of idle.client.log) server=$(transport_of idle.server.log) json=$(cat idle.server.out 2>/dev/null)"
+
+# Many connections in one process, at the verbs limits (verbs/limits.h): the
+# server may register RDMASHIM_VERBS_MEM=4m; a default link registers
+# 528 KiB (256 KiB ring region, 256 KiB staging, 16 KiB control slots), so
+# its first 7 connections take verbs and the rest stay on TCP with
+# tcp:verbs-limit at both ends (the client is told so in the Ack). The
+# client (no budget of its own) opens MANY_N, moves MANY_BYTES each way on
+# every one (a region the server would grow into is refused: the ring keeps
+# its size), then holds them while `rdmashim stat` counts both processes'
+# queue pairs, completion queues and memory regions.
+stat_of() { # ROLE -> qps/cqs/mrs/registered/pooled of the process with live ROLE rows (the others gone by now)
+	"$BIN/rdmashim" stat --json 2>/dev/null | python3 -c '
+import json, sys
+d = [p for p in json.load(sys.stdin) if any(c.get("role") == sys.argv[1] for c in p.get("live", []))]
+p = max(d, key=lambda p: len(p["live"]), default={})
+print("/".join(str(p.get(k, "none")) for k in ("verbs_qps", "verbs_cqs", "verbs_mrs", "verbs_registered", "verbs_pooled")))' "$1"
+}
+tally() { grep -c -- "($2) -> $3\( \|$\)" "$1" 2>/dev/null; }
+rm -f many.port many.mark many.mark.go
+PEERS_HOST=$self RDMASHIM_VERBS_MEM=4m timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/many_conns.py" server "$PWD/many.port" \
+	2>many.server.log &
+mpid=$!
+for ((i = 0; i < 300; i++)); do [[ -s many.port ]] && break; sleep 0.1; done
+t0=$(now)
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client "$self" "$(cat many.port 2>/dev/null)" \
+	"${MANY_N:-16}" "${MANY_BYTES:-262144}" "$PWD/many.mark" 60 >many.client.out 2>many.client.log &
+cpid=$!
+while kill -0 "$cpid" 2>/dev/null && [[ ! -e many.mark ]]; do sleep 0.1; done
+t1=$(now)
+cstat=$(stat_of client) sstat=$(stat_of server)
+touch many.mark.go
+wait "$cpid"
+crc=$?
+kill "$mpid" 2>/dev/null
+wait "$mpid" 2>/dev/null
+say "many rc=$crc secs=$(elapsed "$t0" "$t1") client_verbs=$(tally many.client.log client verbs) client_limit=$(tally many.client.log client tcp:verbs-limit) server_verbs=$(tally many.server.log server verbs) server_limit=$(tally many.server.log server tcp:verbs-limit) client_stat=$cstat server_stat=$sstat client_reason=$(reason_of many.client.log) server_reason=$(reason_of many.server.log) json=$(cat many.client.out 2>/dev/null)"

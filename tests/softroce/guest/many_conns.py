@@ -1,0 +1,134 @@
+#!/usr/bin/env python3
+"""Many connections in one process (softroce.verbs_local, bench/softroce_scale.sh).
+
+  many_conns.py server PORTFILE [N]      accepts connections and echoes each
+                                         one until its EOF (one thread, epoll);
+                                         with N: touches PORTFILE.all once N
+                                         have sent something (their handshakes
+                                         done) and returns once all closed
+                                         (PEERS_PORT: a fixed port, else any)
+  many_conns.py client HOST PORT N BYTES MARK SECS
+                                         opens N connections (one byte each
+                                         way on each, so every handshake is
+                                         done), sends BYTES on every one (a
+                                         thread writes while we read the
+                                         echo) and checks the echo byte for
+                                         byte, then touches MARK and holds
+                                         them all open until MARK.go exists
+                                         (at most SECS: time to read
+                                         `rdmashim stat`)
+
+The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K}
+(rss_kb: its resident memory with every connection open).
+"""
+import os
+import random
+import selectors
+import socket
+import sys
+import threading
+import time
+
+BLOCK = random.Random(13).randbytes(1 << 20)
+
+
+def pattern(i, n):
+    off = (i * 7919) % len(BLOCK)
+    b = (BLOCK + BLOCK)[off:off + min(n, len(BLOCK))]
+    return (b * (n // len(b) + 1))[:n]
+
+
+def recv_exact(s, n):
+    parts, got = [], 0
+    while got < n:
+        c = s.recv(min(1 << 20, n - got))
+        if not c:
+            raise EOFError
+        parts.append(c)
+        got += len(c)
+    return b"".join(parts)
+
+
+def server(portfile, n=0):
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind((os.environ.get("PEERS_HOST", "127.0.0.1"), int(os.environ.get("PEERS_PORT", "0"))))
+    ls.listen(1024)
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(ls.getsockname()[1]))
+    os.rename(portfile + ".tmp", portfile)
+    sel = selectors.DefaultSelector()  # epoll: past select()'s 1024 descriptors
+    sel.register(ls, selectors.EVENT_READ)
+    accepted = live = 0
+    heard = set()
+    while not n or not accepted or live:  # with N: until every connection closed (or the client died)
+        for key, _ in sel.select():
+            s = key.fileobj
+            if s is ls:
+                c, _ = ls.accept()
+                c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+                sel.register(c, selectors.EVENT_READ)
+                accepted += 1
+                live += 1
+                continue
+            b = s.recv(1 << 16)
+            if not b:
+                sel.unregister(s)
+                s.close()
+                live -= 1
+                continue
+            s.sendall(b)  # the client reads while it writes: never blocks for long
+            if n and len(heard) < n:
+                heard.add(s.fileno())
+                if len(heard) == n:
+                    open(portfile + ".all", "w").close()
+
+
+def rss_kb():
+    with open("/proc/self/statm") as f:
+        return int(f.read().split()[1]) * (os.sysconf("SC_PAGESIZE") // 1024)
+
+
+def client(host, port, n, nbytes, mark, secs):
+    t0 = time.monotonic()
+    conns = []
+    for i in range(n):
+        for attempt in range(6000):  # the first: until the server (in another guest) listens
+            try:
+                s = socket.create_connection((host, int(port)))
+                break
+            except ConnectionRefusedError:
+                if i or attempt == 5999:
+                    raise
+                time.sleep(0.1)
+        s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        s.sendall(b"h")
+        if recv_exact(s, 1) != b"h":
+            sys.exit(1)
+        conns.append(s)
+        if len(conns) % 100 == 0:
+            print("many_conns: %d open after %.1f s" % (len(conns), time.monotonic() - t0), file=sys.stderr, flush=True)
+    open_s = time.monotonic() - t0
+    rss = rss_kb()
+    exact = True
+    for i, s in enumerate(conns):
+        data = pattern(i, nbytes)
+        w = threading.Thread(target=s.sendall, args=(data,))
+        w.start()
+        exact = recv_exact(s, nbytes) == data and exact
+        w.join()
+    open(mark, "w").close()
+    end = time.monotonic() + secs
+    while not os.path.exists(mark + ".go") and time.monotonic() < end:
+        time.sleep(0.1)
+    for s in conns:
+        s.close()
+    print('{"connections": %d, "exact": %s, "open_s": %.3f, "rss_kb": %d}'
+          % (n, "true" if exact else "false", open_s, rss), flush=True)
+
+
+if __name__ == "__main__":
+    if sys.argv[1] == "server":
+        server(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+    else:
+        client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7]))
