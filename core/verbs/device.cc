@@ -277,6 +277,7 @@ VerbsUsage Device::usage_locked() {
   u.qps = static_cast<uint64_t>(r.qps), u.cqs = static_cast<uint64_t>(r.cqs), u.mrs = static_cast<uint64_t>(r.mrs);
   u.registered = static_cast<uint64_t>(r.registered);
   u.pooled = pool_.bytes(), u.pooled_mrs = pool_.count();
+  u.links_reserved = links_reserved_;
   return u;
 }
 
@@ -285,9 +286,15 @@ Refusal Device::admit_link(uint64_t bytes) {
   {
     std::lock_guard<std::mutex> lock(pool_mu_);
     r = verbs::admit_link(limits_, usage_locked(), bytes, budget_);
+    if (r == Refusal::kNone) ++links_reserved_;
   }
   if (r != Refusal::kNone) say_refused(r);
   return r;
+}
+
+void Device::end_link_setup() {
+  std::lock_guard<std::mutex> lock(pool_mu_);
+  if (links_reserved_ > 0) --links_reserved_;
 }
 
 void Device::say_refused(Refusal r) {

@@ -64,8 +64,11 @@ class Device {
   void destroy_qp(ibv_qp* qp);
 
   // Whether this process may make one more link registering `bytes`
-  // (verbs/limits.h); the first refusal is also said in a warning.
+  // (verbs/limits.h); the first refusal is also said in a warning. An
+  // admitted link holds a queue pair and a completion queue in reserve
+  // until end_link_setup(), called once its own are made (or not).
   Refusal admit_link(uint64_t bytes);
+  void end_link_setup();
   // A link refused (by admit_link or a take): said once per process, with the figures.
   void say_refused(Refusal r);
 
@@ -100,6 +103,7 @@ class Device {
   uint64_t budget_ = 0;  // registered bytes at most (RDMASHIM_VERBS_MEM or default_budget)
   std::mutex pool_mu_;   // the pool, and a registration's admission with its reservation
   RegPool pool_;
+  uint64_t links_reserved_ = 0;  // pool_mu_ held: admitted, queues not made yet
 };
 
 }  // namespace rdmashim::verbs

@@ -24,8 +24,8 @@ bool fits(uint64_t used, uint64_t more, uint64_t limit) { return used <= limit &
 }  // namespace
 
 Refusal admit_link(const DeviceLimits& lim, const VerbsUsage& u, uint64_t bytes, uint64_t budget) {
-  if (!fits(u.qps, 1, usable(lim.max_qp))) return Refusal::kQueuePairs;
-  if (!fits(u.cqs, 1, usable(lim.max_cq))) return Refusal::kCompletionQueues;
+  if (!fits(u.qps, u.links_reserved + 1, usable(lim.max_qp))) return Refusal::kQueuePairs;
+  if (!fits(u.cqs, u.links_reserved + 1, usable(lim.max_cq))) return Refusal::kCompletionQueues;
   // Pooled registrations go first when one is needed: not counted as used.
   uint64_t live_mrs = u.mrs > u.pooled_mrs ? u.mrs - u.pooled_mrs : 0;
   if (!fits(live_mrs, kLinkRegistrationsGrowing, usable(lim.max_mr))) return Refusal::kRegistrations;

@@ -27,6 +27,10 @@ struct VerbsUsage {
   uint64_t registered = 0;  // bytes, the pool's included
   uint64_t pooled = 0;      // bytes the pool keeps
   uint64_t pooled_mrs = 0;  // registrations the pool keeps
+  // Links admitted whose queue pair and completion queue are not made (and
+  // counted in qps and cqs) yet: links set up at the same moment must not
+  // together pass the device's limits.
+  uint64_t links_reserved = 0;
 };
 
 enum class Refusal { kNone, kQueuePairs, kCompletionQueues, kRegistrations, kMemory };
@@ -43,7 +47,8 @@ inline constexpr uint64_t kLinkRegistrationsGrowing = 5;
 uint64_t usable(uint64_t device_max);
 
 // A new link that will register `bytes` (its first regions, staging and
-// control slots).
+// control slots). Its registrations are checked again, and counted, as they
+// are made (Device::take).
 Refusal admit_link(const DeviceLimits& lim, const VerbsUsage& u, uint64_t bytes, uint64_t budget);
 
 // One more registration of `bytes` (a link's own, or a region it grows

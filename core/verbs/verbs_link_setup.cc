@@ -101,6 +101,11 @@ std::unique_ptr<VerbsLink> VerbsLink::create(Device& dev, size_t ring_size, cons
     if (limit) *limit = refusal_text(r);
     return *err = -EDQUOT, nullptr;
   }
+  // Its queues are counted once made; until then they are held in reserve.
+  struct EndSetup {
+    Device& dev;
+    ~EndSetup() { dev.end_link_setup(); }
+  } end_setup{dev};
   struct Job {
     sockaddr_storage local{};
     bool has_local = false;

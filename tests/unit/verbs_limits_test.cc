@@ -61,6 +61,18 @@ TEST(VerbsLimits, EachDeviceLimitRefusesWithItsReason) {
   EXPECT_STREQ(refusal_text(Refusal::kQueuePairs), "device queue pairs");
 }
 
+TEST(VerbsLimits, LinksBeingSetUpHoldTheirQueues) {
+  // 10 queue pairs made, 1 link admitted whose queues are not made yet: of
+  // 12 usable, one more fits and not two (two setting up at once would
+  // otherwise both see 10).
+  VerbsUsage u;
+  u.qps = 10, u.cqs = 10, u.links_reserved = 1;
+  EXPECT_EQ(admit_link({16, 100, 100}, u, kLink, kGiB), Refusal::kNone);
+  u.links_reserved = 2;
+  EXPECT_EQ(admit_link({16, 100, 100}, u, kLink, kGiB), Refusal::kQueuePairs);
+  EXPECT_EQ(admit_link({100, 16, 100}, u, kLink, kGiB), Refusal::kCompletionQueues);
+}
+
 TEST(VerbsLimits, GrowthStopsAtTheBudgetAShrinkDoesNot) {
   DeviceLimits lim{0, 0, 0};
   VerbsUsage u;
