@@ -48,8 +48,13 @@ void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::ve
 int sleep_with_connects(int epfd, std::vector<pollfd>& watch, int64_t dl, const sigset_t* mask,
                         std::vector<int>& quiet) {
   watch.insert(watch.begin(), pollfd{epfd, POLLIN, 0});
-  timespec t = ts_left(dl);
-  int r = real().ppoll(watch.data(), watch.size(), dl == kForever ? nullptr : &t, mask);
+  int r;
+  if (mask) {  // the program's signal mask, atomically, as its epoll_pwait would
+    timespec t = ts_left(dl);
+    r = real().ppoll(watch.data(), watch.size(), dl == kForever ? nullptr : &t, mask);
+  } else {  // poll, which the epoll emulation uses already (a sandbox allows it)
+    r = real().poll(watch.data(), watch.size(), ms_left(dl));
+  }
   if (r <= 0) return r;
   int saved = errno;
   for (size_t i = 1; i < watch.size(); ++i) {

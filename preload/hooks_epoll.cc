@@ -428,8 +428,8 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       int64_t sleep_dl = release_before_sleep(wake);
       timespec t = ts_left(sleep_dl);
       if (!watch.empty()) n = sleep_with_connects(epfd, watch, sleep_dl, mask, quiet);
-      // Beyond RLIMIT_NOFILE (EINVAL): the set alone, as before the connect.
-      if (watch.empty() || (n < 0 && errno == EINVAL)) {
+      // Refused (beyond RLIMIT_NOFILE, a sandbox): the set alone, as before.
+      if (watch.empty() || (n < 0 && errno != EINTR)) {
         n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
       }
       err = errno;

@@ -53,8 +53,9 @@ bool settle_connecting(int fd);
 // `quiet`), appended to `watch` as {fd, POLLOUT}.
 void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet);
 // Sleeps on the epoll set epfd (readable) and `watch` until one is ready, a
-// signal or dl, as ppoll with `mask`; settles the connects that completed
-// (adding to `quiet` any that still look connecting). 0, or -1 with errno.
+// signal or dl (poll, or ppoll with `mask`); settles the connects that
+// completed (adding to `quiet` any that still look connecting). 0, or -1
+// with errno (EINTR: a signal; else the caller sleeps on the set alone).
 int sleep_with_connects(int epfd, std::vector<pollfd>& watch, int64_t dl, const sigset_t* mask,
                         std::vector<int>& quiet);
 
