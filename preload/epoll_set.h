@@ -56,6 +56,8 @@ struct EpollSet {
 // (defined in hooks_epoll.cc). `depth` counts the nesting of sets.
 bool has_regs(EpollSet& s);
 short set_events(EpollSet& s, short want, short kernel, int depth);
+// A TCP socket not connected (yet), which may become a stream (connecting.cc).
+bool may_become_stream(int fd);
 // One armed connection of a sleep: what it armed, and the slot of its
 // doorbell in a poll() array (-1: in an epoll set, edge-triggered).
 struct Armed {

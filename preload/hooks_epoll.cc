@@ -153,21 +153,6 @@ void drop_native(EpollSet& set, int fd) {
   std::erase_if(set.natives, [&](const NativeReg& n) { return n.fd == fd; });
 }
 
-// A TCP socket that is not connected (yet): it may become a stream later.
-bool may_become_stream(int fd) {
-  Ref e = table().get(fd);
-  if (e) return e->kind.load() == Entry::Kind::kPending;
-  int type = 0, domain = 0;
-  socklen_t len = sizeof type;
-  if (real().getsockopt(fd, SOL_SOCKET, SO_TYPE, &type, &len) != 0 || type != SOCK_STREAM) return false;
-  len = sizeof domain;
-  if (real().getsockopt(fd, SOL_SOCKET, SO_DOMAIN, &domain, &len) != 0) return false;
-  if (domain != AF_INET && domain != AF_INET6) return false;
-  sockaddr_storage peer{};
-  len = sizeof peer;
-  return real().getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &len) != 0 && errno == ENOTCONN;
-}
-
 // epoll_ctl for a descriptor the kernel alone handles; remembers sockets
 // that may become streams while registered. set.mu held.
 int epoll_ctl_native(EpollSet& set, int epfd, int op, int fd, epoll_event* ev) {
@@ -410,6 +395,8 @@ bool any_peek(EpollSet& set) {
 }
 
 int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask) {
+  std::vector<pollfd> watch;
+  std::vector<int> quiet;
   for (;;) {
     int have = collect(set, epfd, ev, max);
     if (have != 0 || expired(dl)) return have;
@@ -432,11 +419,19 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     std::vector<Armed> armed;
     int64_t wake = dl;
     bool ready = arm_all(set, epfd, armed, 1, wake);
+    // Clients in the set still connecting: their connect wakes us too (the
+    // Hello goes out); the set's events are collected at the next turn.
+    watch.clear();
+    connecting_natives(set, watch, quiet);
     int n = 0, err = 0;
     if (!ready) {
       int64_t sleep_dl = release_before_sleep(wake);
       timespec t = ts_left(sleep_dl);
-      n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
+      if (!watch.empty()) n = sleep_with_connects(epfd, watch, sleep_dl, mask, quiet);
+      // Refused (beyond RLIMIT_NOFILE, a sandbox): the set alone, as before.
+      if (watch.empty() || (n < 0 && errno != EINTR)) {
+        n = sys::epoll_wait_ts(epfd, ev, max, sleep_dl == kForever ? nullptr : &t, mask);
+      }
       err = errno;
     }
     // The doorbells sit in the set edge-triggered: nothing to drain but the

@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstdlib>
+#include <optional>
 #include <vector>
 
 #include "epoll_set.h"
@@ -68,17 +69,39 @@ int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx,
   return r;
 }
 
-// poll/ppoll/select/pselect all come here when a virtual descriptor is among
-// theirs. Returns what poll() would, with errno set on -1.
+// After a sleep: the connecting clients whose connect completed (or failed)
+// are settled (the Hello goes out) and leave `connecting`; those that became
+// streams in the handshake are virtual from now on (an Ack must not wake the
+// program). One still connecting although its slot fired is watched no more.
+void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std::vector<Ref>& virt,
+                     std::vector<nfds_t>& vidx, std::vector<nfds_t>& connecting) {
+  size_t base = nfds + vidx.size();
+  std::vector<nfds_t> still;
+  for (size_t j = 0; j < connecting.size(); ++j) {
+    nfds_t i = connecting[j];
+    if (k[base + j].revents == 0 && connecting_client(fds[i].fd)) {
+      still.push_back(i);
+    } else if (settle_connecting(fds[i].fd) && (virt[i] = managed_stream(fds[i].fd))) {
+      vidx.push_back(i);
+    }
+  }
+  connecting.swap(still);
+}
+
+// poll/ppoll/select/pselect all come here when a virtual descriptor, or a
+// client still connecting, is among theirs. Returns what poll() would, with
+// errno set on -1.
 int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::WaitCall how) {
   std::vector<Ref> virt(nfds);
-  std::vector<nfds_t> vidx;
+  std::vector<nfds_t> vidx, connecting;  // clients still connecting: watched for writability too
   for (nfds_t i = 0; i < nfds; ++i) {
     if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
+    else if (connecting_client(fds[i].fd)) connecting.push_back(i);
   }
-  std::vector<pollfd> k(nfds + vidx.size());
+  std::vector<pollfd> k;
   const auto& sys = real();
   for (;;) {
+    k.resize(nfds + vidx.size() + connecting.size());
     // A handshake may have moved a direction to the ring since the last turn.
     for (nfds_t i = 0; i < nfds; ++i) {
       k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
@@ -98,8 +121,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys::wait_as(how, k.data(), nfds, 0) > 0; };
-    Spinner spin(spin_deadline(dl));
-    if (spin_for(spin, ring_ready, kernel_ready)) continue;
+    std::optional<Spinner> spin;
+    if (!vidx.empty() && spin_for(spin.emplace(spin_deadline(dl)), ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
     // kernel descriptors and the doorbells together. Those still in the
@@ -120,6 +143,9 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
         k[nfds + j].fd = v->conn->doorbell();
       }
     }
+    // A client still connecting, whatever the program asked of it: its
+    // connect completing wakes us, to send the Hello (connecting.cc).
+    for (size_t j = 0; j < connecting.size(); ++j) k[nfds + vidx.size() + j] = {fds[connecting[j]].fd, POLLOUT, 0};
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     // A direction that left its ring meanwhile (a Downgrade read above) is the
     // kernel's again: what we ask of the kernel changed, so look again first.
@@ -137,17 +163,18 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       if (r < 0 && err == EINVAL && k.size() > nfds) r = sleep_within_nofile(k, vidx, nfds, sleep_dl, mask, how), err = errno;
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
-    if (ring_ready()) spin.found();
+    if (spin && ring_ready()) spin->found();
     if (r < 0) {
       errno = err;
       return -1;  // EINTR included: poll is never restarted
     }
+    if (r > 0 && !connecting.empty()) settle_connects(fds, k, nfds, virt, vidx, connecting);
   }
 }
 
 bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i)
-    if (managed_stream(fds[i].fd)) return true;
+    if (managed_stream(fds[i].fd) || connecting_client(fds[i].fd)) return true;
   return false;
 }
 
@@ -186,7 +213,7 @@ bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const
   if (nfds < 0 || nfds > FD_SETSIZE) return false;
   for (int fd = 0; fd < nfds; ++fd) {
     if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
-      if (managed_stream(fd)) return true;
+      if (managed_stream(fd) || connecting_client(fd)) return true;
     }
   }
   return false;

@@ -3,10 +3,13 @@
 // caller's timespec, and the spin on the rings before sleeping.
 #pragma once
 
+#include <poll.h>
 #include <sched.h>
+#include <signal.h>
 #include <time.h>
 
 #include <cstdint>
+#include <vector>
 
 #include "conn/connection.h"
 #include "util/misc.h"
@@ -36,6 +39,25 @@ int64_t release_before_sleep(int64_t dl);
 inline void release_before_plain_sleep(bool may_sleep) {
   if (may_sleep && Connection::idle_memory_pending()) Connection::release_idle_memory(nullptr);
 }
+
+// Clients still connecting (non-blocking connect), their Hello due once
+// connected (connecting.cc): a wait that holds one also watches it for
+// writability, internally, so the Hello leaves as the connect completes
+// even when the program waits for reading only.
+struct EpollSet;
+bool connecting_client(int fd);
+// After its connect was reported done: the Hello goes out (or a failed
+// connect's announcement is withdrawn). False if it still looks connecting.
+bool settle_connecting(int fd);
+// The connecting clients among an epoll set's native registrations (not in
+// `quiet`), appended to `watch` as {fd, POLLOUT}.
+void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet);
+// Sleeps on the epoll set epfd (readable) and `watch` until one is ready, a
+// signal or dl (poll, or ppoll with `mask`); settles the connects that
+// completed (adding to `quiet` any that still look connecting). 0, or -1
+// with errno (EINTR: a signal; else the caller sleeps on the set alone).
+int sleep_with_connects(int epfd, std::vector<pollfd>& watch, int64_t dl, const sigset_t* mask,
+                        std::vector<int>& quiet);
 
 // Spins (never past the deadline) until ready() says so, while the
 // thread's Spinner (util/spin.h) thinks spinning pays; kernel() is asked only

@@ -8,7 +8,13 @@
 #   latency: a plain client's connect-to-greeting time against the server
 #     under rdmashim is within LATENCY_BOUND_US (default 300) of the same
 #     against the plain server (medians of 200): plain clients are not waited for.
-# usage: speaks_first.sh both|server-only|client-only|none|latency
+#   wait-in-CALL (poll ppoll select pselect epoll epoll_pwait2): both under
+#     rdmashim; every other connection non-blocking, its connect slowed to
+#     about 1 s (a SYN dropped at a full accept queue), waiting meanwhile for
+#     the greeting only (readable) with CALL. Its Hello must leave as the
+#     connect completes: every connection on shm on both ends, and the
+#     server's greeting write never waited 500 ms (the setup timeout is 2 s).
+# usage: speaks_first.sh both|server-only|client-only|none|latency|wait-in-CALL
 set -euo pipefail
 mode=$1
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
@@ -18,13 +24,14 @@ work=$(mktemp -d)
 trap 'kill "${server_pid:-}" 2>/dev/null || true; rm -rf "$work"' EXIT
 count=${COUNT:-100}
 mixed=--mixed  # every other client connection non-blocking and busy for 3 ms after connect()
+server_opts=
 
 launcher() { if [ "$1" = rdmashim ]; then echo "$build/bin/rdmashim run --log info --"; fi; }
 
 run() {  # server_mode client_mode tag
   rm -f "$work/port"
   # shellcheck disable=SC2046
-  timeout 60 $(launcher "$1") python3 "$peer" server --port-file "$work/port" --count "$count" \
+  timeout 60 $(launcher "$1") python3 "$peer" server --port-file "$work/port" --count "$count" $server_opts \
     >"$work/$3.server.json" 2>"$work/$3.server.log" &
   server_pid=$!
   for _ in $(seq 200); do [ -s "$work/port" ] && break; sleep 0.05; done
@@ -72,6 +79,17 @@ case $mode in
     awk -v a="$plain" -v b="$shim" -v m="$bound" 'BEGIN { exit !(b - a <= m) }' || {
       echo "FAIL: a plain client waits $(awk -v a="$plain" -v b="$shim" 'BEGIN { print b - a }') us more"; exit 1; }
     ;;
-  *) echo "usage: $0 both|server-only|client-only|none|latency"; exit 2 ;;
+  wait-in-*)
+    export RDMASHIM_SETUP_TIMEOUT_MS=2000
+    count=4 mixed="--wait-in ${mode#wait-in-}" server_opts="--backlog 0 --accept-delay-ms 50"
+    run rdmashim rdmashim t
+    field() { sed -n "s/.*\"$2\": \([0-9.]*\).*/\1/p" "$work/$1"; }
+    write=$(field t.server.json max_greeting_write_us) greet=$(field t.client.json max_greeting_us)
+    echo "slowest greeting write (server) ${write} us; slowest connect-to-greeting of a waiting client ${greet} us (its connect ~1 s)"
+    expect t.client.log client shm; expect t.server.log server shm
+    awk -v w="$write" -v g="$greet" 'BEGIN { exit !(w < 500000 && g < 1500000) }' || {
+      echo "FAIL: the server waited for a Hello (setup timeout 2 s)"; exit 1; }
+    ;;
+  *) echo "usage: $0 both|server-only|client-only|none|latency|wait-in-CALL"; exit 2 ;;
 esac
 echo "ok: $mode"

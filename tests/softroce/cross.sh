@@ -19,9 +19,10 @@
 #           to fail (RDMASHIM_TEST_FAULT): the client stays TCP, the server
 #           sees a plain client, bytes intact; without a fault: verbs
 #   sfirst  a server that speaks first (speaks_first.py), SFIRST_COUNT (100)
-#           connections, both ends under rdmashim, a server in one process and
-#           one forking a child per connection: every one -> verbs on both
-#           sides; a plain client of that server gets its greeting no later
+#           connections, both ends under rdmashim, a server in one process,
+#           one forking a child per connection, and one whose client waits
+#           for the greeting only (poll for POLLIN) while still connecting
+#           (--wait-in poll): every one -> verbs on both sides; a plain client of that server gets its greeting no later
 #           than from the server without rdmashim (its server logged no wait;
 #           the median of the paired differences of interleaved connections
 #           <= SFIRST_BOUND_US, 1000, or a quarter of the plain median if more:
@@ -121,10 +122,11 @@ fi
 # a plain client of it was not kept waiting.
 if [[ " ${parts[*]} " == *" sfirst "* ]]; then
 	all="verbs:$((sfirst_count + 1))"
-	for step in shim fork; do
+	for step in shim fork waitin; do
 		c=$(result "$out" "sfirst.$step.client") s=$(result "$out" "sfirst.$step.server")
 		what="server-first${step/shim/}:"
 		what=${what/fork/ (forking server)}
+		what=${what/waitin/ (client waiting to read while connecting)}
 		check "$what $sfirst_count connections, bytes" "$(yes_if test "$(kv "$c" rc)" = 0 -a "$(kv "$s" rc)" = 0 \
 			-a "$(jf "$(kv "$c" json)" bad)" = 0 -a "$(jf "$(kv "$s" json)" bad_requests)" = 0)" \
 			"rc client=$(kv "$c" rc) server=$(kv "$s" rc), client $(kv "$c" json), server $(kv "$s" json)"

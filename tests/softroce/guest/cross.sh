@@ -13,7 +13,7 @@
 #           (receiving); the survivor must end promptly (EOF, EPIPE or ECONNRESET)
 #   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
 #           verbs: the survivor must exit 1 with its message
-#   sfirst  a server that speaks first, 100 connections (see part_sfirst)
+#   sfirst  a server that speaks first, 100 connections each (see part_sfirst)
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -131,11 +131,14 @@ reached=$(grep -c "test fault: $step made to fail" "m.cmf-$step.log") log=$(onel
 #   shim   both ends under rdmashim (every other connection from a
 #          non-blocking client that, once its connect completed, is busy for
 #          3 ms, so its Hello comes late): every connection must log
-#          "-> verbs" on both sides. (One that polls only for POLLIN while
-#          still connecting sends its Hello only once the server spoke: a
-#          known limit, hit across hosts when the handshake outlasts it.)
+#          "-> verbs" on both sides.
 #   fork   the same with a server that forks a child per connection, which
 #          greets (an rsync daemon): the parent answers the probes
+#   waitin the same with a client whose every other connection is
+#          non-blocking and, while still connecting (a round trip here),
+#          waits for the greeting only (poll for POLLIN, as SMTP, MySQL or
+#          SSH clients do): the wait hooks watch the connect, so the Hello
+#          leaves as it completes (speaks_first.py --wait-in)
 #   plain  a plain client, its connections interleaved between the same
 #          server under rdmashim (port 18842) and without (port 18843): the
 #          median of the paired connect-to-greeting differences, judged on
@@ -147,6 +150,7 @@ part_sfirst() {
 	if [[ $role == a ]]; then
 		sfirst_server shim 18841 "${SHIM_DEBUG[@]}"
 		sfirst_server fork 18844 --fork "${SHIM_DEBUG[@]}"
+		sfirst_server waitin 18845 "${SHIM_DEBUG[@]}"
 		sfirst_server plain 18842 "${SHIM_DEBUG[@]}" &
 		sfirst_server bare 18843
 		wait
@@ -154,6 +158,7 @@ part_sfirst() {
 		# Short connections in a row would otherwise skip the upgrade (by design).
 		sfirst_client shim --port 18841 --mixed --mixed-connected "${peer_env[@]}" RDMASHIM_SHORT_CONN_MS=0 "${SHIM_DEBUG[@]}"
 		sfirst_client fork --port 18844 --mixed --mixed-connected "${peer_env[@]}" RDMASHIM_SHORT_CONN_MS=0 "${SHIM_DEBUG[@]}"
+		sfirst_client waitin --port 18845 --wait-in poll "${peer_env[@]}" RDMASHIM_SHORT_CONN_MS=0 "${SHIM_DEBUG[@]}"
 		sfirst_client plain --port 18842 --compare-port 18843
 	fi
 }
