@@ -287,7 +287,9 @@ def descriptors(t, n):
 
 def scale(t, n, busy_iters, busy=10):
     """n connections open at once in one client process against one server
-    (tcpPingPong --hold, soft RLIMIT_NOFILE raised to the hard limit): how
+    (tcpPingPong --hold, soft RLIMIT_NOFILE raised to n + 1024, what the
+    program needs, as its user would raise it; the hard limit as it is, where
+    the descriptor budget puts rdmashim's own descriptors): how
     many upgraded, descriptors and resident memory per connection, and
     `busy` busy connections beside them (--then --busy: busy_iters 64 B
     round trips each, all at once, a thread each on both sides; their total
@@ -297,13 +299,15 @@ def scale(t, n, busy_iters, busy=10):
     lim = resource.getrlimit(resource.RLIMIT_NOFILE)
     for idle in (n, 1):
         for kind in ["tcp", "preload"]:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (lim[1], lim[1]))
+            soft = min(lim[1], idle + 1024) if lim[1] != resource.RLIM_INFINITY else idle + 1024
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, lim[1]))
             try:
                 r = t.run(kind, ["--hold", str(idle), "--then", str(busy_iters), "--busy", str(busy)], timeout=300)
             finally:
                 resource.setrlimit(resource.RLIMIT_NOFILE, lim)
             if r:
                 r["nofile_limit"] = lim[1]
+                r["nofile_soft"] = soft
             out.append({"kind": kind, "idle": idle, "result": r})
     return out
 

@@ -392,8 +392,10 @@ def summary(res, made):
     if sc:
         n = cfg["scale"]
         md += [f"## Scale: {n:,} connections open at once, one client process, one server process", "",
-               f"`tcpPingPong --hold N --then M --busy {cfg['scale_busy_conns']}`, soft RLIMIT_NOFILE raised to the hard limit "
-               f"({one(sc, 'nofile_limit', kind='tcp')}); one exchange each, then idle; then {cfg['scale_busy_conns']} busy "
+               f"`tcpPingPong --hold N --then M --busy {cfg['scale_busy_conns']}`, soft RLIMIT_NOFILE raised to N + 1,024 "
+               f"(what the program needs, as its user would raise it), the hard limit as this machine has it "
+               f"({one(sc, 'nofile_limit', kind='tcp')}; systemd's default is 524,288), above the soft one rdmashim's "
+               "own descriptors go while there is room; one exchange each, then idle; then {cfg['scale_busy_conns']} busy "
                f"connections at once beside them (`--busy {cfg['scale_busy_conns']}`, a thread each on both sides) make "
                f"{cfg['scale_busy']:,} round trips of 64 B each: their total rate and the p99 of all their round trips, "
                "against the same beside 1 idle one.", "",
