@@ -395,7 +395,7 @@ def summary(res, made):
                f"`tcpPingPong --hold N --then M --busy {cfg['scale_busy_conns']}`, soft RLIMIT_NOFILE raised to N + 1,024 "
                f"(what the program needs, as its user would raise it), the hard limit as this machine has it "
                f"({one(sc, 'nofile_limit', kind='tcp')}; systemd's default is 524,288), above the soft one rdmashim's "
-               "own descriptors go while there is room; one exchange each, then idle; then {cfg['scale_busy_conns']} busy "
+               f"own descriptors go while there is room; one exchange each, then idle; then {cfg['scale_busy_conns']} busy "
                f"connections at once beside them (`--busy {cfg['scale_busy_conns']}`, a thread each on both sides) make "
                f"{cfg['scale_busy']:,} round trips of 64 B each: their total rate and the p99 of all their round trips, "
                "against the same beside 1 idle one.", "",
