@@ -35,7 +35,8 @@ constexpr uint32_t kMaxPreemptBackoff = 512;
 // kCrowdSwitches or more since the last read (if that was at most
 // kSampleMaxNs ago) mean other threads want our cores: for kCrowdHoldNs a
 // spin lasts at most kCrowdedSpinNs. That still catches a peer that runs
-// on the other core right now (it answers within a microsecond or two) but
+// on the other core right now (a ping-pong answers within a microsecond or
+// two, a small HTTP request within about ten; 5 us did no better) but
 // no longer waits for one that has to be scheduled first, which burns the
 // CPU the peer and everyone else wait for, and the scheduler then makes our
 // own wake-ups wait (the CPU we used counts against us).
@@ -43,7 +44,7 @@ constexpr uint64_t kSampleNs = 2'000'000;
 constexpr uint64_t kSampleMaxNs = 50'000'000;
 constexpr long kCrowdSwitches = 2;
 constexpr uint64_t kCrowdHoldNs = 20'000'000;
-constexpr uint64_t kCrowdedSpinNs = 5'000;
+constexpr uint64_t kCrowdedSpinNs = 15'000;
 
 void sample_crowding(SpinState& s, uint64_t now) {
   int saved = errno;  // a hook leaves errno as the kernel would

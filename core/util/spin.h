@@ -17,7 +17,7 @@
 //     same way, from 8 up to 512 waits;
 //   - a crowded thread (the kernel took its CPU for another one twice or
 //     more since it last looked: getrusage's ru_nivcsw, read at most every
-//     2 ms, the one system call here) spins at most 5 us for the next 20 ms:
+//     2 ms, the one system call here) spins at most 15 us for the next 20 ms:
 //     long enough for a peer running on the other core right now, not for
 //     one that first has to be scheduled.
 // RDMASHIM_SPIN_US is the budget; 0 never spins, and neither does a
