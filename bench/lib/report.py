@@ -111,7 +111,7 @@ def targets(res):
                   one(busy, "round_trips_per_s", kind="tcp", pairs=r["pairs"], hogs=r["hogs"]))
         if q is not None and (worst is None or q < worst[0]):
             worst = (q, r["pairs"], r["hogs"])
-    add("busy machine: never below TCP (1/2/4 pairs, hogs)",
+    add("busy machine: never below TCP (1/2/4 pairs, 0/1/2 hogs)",
         f"lowest {worst[0]:.2f}x TCP ({worst[1]} pairs, {worst[2]} hogs)" if worst else None, ">= 1.0x everywhere",
         None if worst is None else worst[0] >= 1.0)
 

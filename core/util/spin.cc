@@ -1,5 +1,9 @@
 #include "util/spin.h"
 
+#include <sys/resource.h>
+
+#include <cerrno>
+
 #include "util/config.h"
 #include "util/misc.h"
 #include "util/process.h"
@@ -7,12 +11,15 @@
 namespace rdmashim {
 namespace {
 
-// Per thread: waits that sleep at once before the next try, and the current
-// backoff. No locks, no system calls.
+// Per thread: waits that sleep at once before the next try, the current
+// backoff, and the crowding sample. No locks; one system call now and then.
 struct SpinState {
   uint32_t skip = 0;
   uint32_t backoff = 0;
   uint64_t last_wait_ns = 0;
+  uint64_t sample_ns = 0;      // when ru_nivcsw was last read
+  long nivcsw = -1;            // what it said (-1: never read)
+  uint64_t crowded_until_ns = 0;
 };
 thread_local SpinState t_spin;
 
@@ -21,6 +28,35 @@ constexpr uint64_t kPreemptedNs = 20'000;     // a gap this long between two tur
 constexpr uint32_t kMaxFailBackoff = 64;
 constexpr uint32_t kMinPreemptBackoff = 8;
 constexpr uint32_t kMaxPreemptBackoff = 512;
+// Crowding, from the thread's own evidence: ru_nivcsw counts the times the
+// kernel took the CPU from this thread for another runnable one. Read at
+// most every kSampleNs (one getrusage: at most 500 a second per waiting
+// thread, against one or more calls per message when it sleeps);
+// kCrowdSwitches or more since the last read (if that was at most
+// kSampleMaxNs ago) mean other threads want our cores: for kCrowdHoldNs a
+// spin lasts at most kCrowdedSpinNs. That still catches a peer that runs
+// on the other core right now (a ping-pong answers within a microsecond or
+// two, a small HTTP request within about ten; 5 us did no better) but
+// no longer waits for one that has to be scheduled first, which burns the
+// CPU the peer and everyone else wait for, and the scheduler then makes our
+// own wake-ups wait (the CPU we used counts against us).
+constexpr uint64_t kSampleNs = 2'000'000;
+constexpr uint64_t kSampleMaxNs = 50'000'000;
+constexpr long kCrowdSwitches = 2;
+constexpr uint64_t kCrowdHoldNs = 20'000'000;
+constexpr uint64_t kCrowdedSpinNs = 15'000;
+
+void sample_crowding(SpinState& s, uint64_t now) {
+  int saved = errno;  // a hook leaves errno as the kernel would
+  rusage ru;
+  bool ok = getrusage(RUSAGE_THREAD, &ru) == 0;
+  errno = saved;
+  if (ok && s.nivcsw >= 0 && now - s.sample_ns <= kSampleMaxNs && ru.ru_nivcsw - s.nivcsw >= kCrowdSwitches) {
+    s.crowded_until_ns = now + kCrowdHoldNs;
+  }
+  s.nivcsw = ok ? ru.ru_nivcsw : -1;
+  s.sample_ns = now;
+}
 
 }  // namespace
 
@@ -38,6 +74,8 @@ Spinner::Spinner(uint64_t deadline_ns) {
     recorded_ = true;  // nothing to learn
     return;
   }
+  if (start_ - s.sample_ns >= kSampleNs) sample_crowding(s, start_);
+  if (start_ < s.crowded_until_ns && start_ + kCrowdedSpinNs < end_) end_ = start_ + kCrowdedSpinNs;
   if (s.skip > 0) {
     --s.skip;
     return;

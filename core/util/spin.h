@@ -4,7 +4,7 @@
 // on a busy machine a spinner steals the very CPU its peer needs. Rather
 // than guess from a load average (which counts every process starting up,
 // and costs a /proc read a sandbox may forbid), each thread learns from its
-// own recent waits, with no system call at all:
+// own recent waits, with no /proc read and one cheap call now and then:
 //   - a fresh thread, or one idle for a while, spins (the first request on a
 //     new or long-quiet connection gets the fast path);
 //   - a spin that ran out of budget backs off exponentially: the next 1, 2,
@@ -14,7 +14,12 @@
 //     saves a few microseconds: spinning must nearly always pay);
 //   - a spin that lost its CPU (a gap between two clock reads far longer
 //     than a turn of the loop: the machine is oversubscribed) backs off the
-//     same way, from 8 up to 512 waits.
+//     same way, from 8 up to 512 waits;
+//   - a crowded thread (the kernel took its CPU for another one twice or
+//     more since it last looked: getrusage's ru_nivcsw, read at most every
+//     2 ms, the one system call here) spins at most 15 us for the next 20 ms:
+//     long enough for a peer running on the other core right now, not for
+//     one that first has to be scheduled.
 // RDMASHIM_SPIN_US is the budget; 0 never spins, and neither does a
 // sandboxed process (util/process.h: the loops call sched_yield, which a
 // seccomp filter may forbid).

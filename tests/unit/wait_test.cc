@@ -4,9 +4,13 @@
 // without reading anything from /proc.
 #include <fcntl.h>
 #include <poll.h>
+#include <sched.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
 #include <thread>
 
 #include <gtest/gtest.h>
@@ -208,6 +212,53 @@ TEST(Spin, PreemptionBacksOffAndIdleResets) {
     Spinner s;
     EXPECT_TRUE(s.spinning()) << "a thread back from idle gets the fast path";
     s.found();
+  }).join();
+}
+
+// Crowding (issue 11): a thread the kernel keeps taking the CPU from (its
+// ru_nivcsw grows) spins only briefly: a peer running on the other core
+// still answers within that, one that must be scheduled first is slept for.
+TEST(Spin, CrowdedThreadSpinsOnlyBriefly) {
+  std::thread([] {
+    cpu_set_t allowed;
+    ASSERT_EQ(sched_getaffinity(0, sizeof allowed, &allowed), 0);
+    int cpu = 0;
+    while (cpu < CPU_SETSIZE && !CPU_ISSET(cpu, &allowed)) ++cpu;
+    cpu_set_t one;
+    CPU_ZERO(&one);
+    CPU_SET(cpu, &one);
+    ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
+    {
+      Spinner first;  // the thread's first look at its counter
+      first.found();
+    }
+    // A busy sibling on the same CPU: for 30 ms the two take turns.
+    std::atomic<bool> stop{false}, started{false};
+    std::thread hog([&] {
+      sched_setaffinity(0, sizeof one, &one);
+      started.store(true);
+      while (!stop.load(std::memory_order_relaxed)) cpu_relax();
+    });
+    while (!started.load()) sched_yield();
+    rusage before{}, after{};
+    getrusage(RUSAGE_THREAD, &before);
+    for (uint64_t t0 = now_ns(); now_ns() - t0 < 30'000'000;) cpu_relax();
+    getrusage(RUSAGE_THREAD, &after);
+    stop.store(true);
+    hog.join();
+    if (after.ru_nivcsw - before.ru_nivcsw < 2) GTEST_SKIP() << "the kernel never took the CPU from this thread";
+    // Every spin with nothing coming used to last its whole budget (50 us),
+    // or until a preemption (a gap over 20 us): one of these must stop
+    // within 20 us (a few tries: this machine may preempt us too).
+    uint64_t shortest = UINT64_MAX;
+    for (int i = 0; i < 100 && shortest >= 20'000; ++i) {
+      Spinner s;
+      if (!s.spinning()) continue;
+      uint64_t t = now_ns();
+      while (s.spinning()) s.keep_going();
+      shortest = std::min(shortest, now_ns() - t);
+    }
+    EXPECT_LT(shortest, 20'000u) << "a crowded thread still spins its whole budget";
   }).join();
 }
 
