@@ -19,6 +19,8 @@ struct SpinState {
   uint64_t last_wait_ns = 0;
   uint64_t sample_ns = 0;      // when ru_nivcsw was last read
   long nivcsw = -1;            // what it said (-1: never read)
+  uint64_t yields = 0;         // Spinner::yielded() calls: switches of our own making
+  uint64_t yields_at_sample = 0;
   uint64_t crowded_until_ns = 0;
 };
 thread_local SpinState t_spin;
@@ -51,7 +53,11 @@ void sample_crowding(SpinState& s, uint64_t now) {
   rusage ru;
   bool ok = getrusage(RUSAGE_THREAD, &ru) == 0;
   errno = saved;
-  if (ok && s.nivcsw >= 0 && now - s.sample_ns <= kSampleMaxNs && ru.ru_nivcsw - s.nivcsw >= kCrowdSwitches) {
+  // A sched_yield that switched counts as involuntary: those were ours (a
+  // provider working on our cores), not a crowd.
+  long ours = static_cast<long>(s.yields - s.yields_at_sample);
+  s.yields_at_sample = s.yields;
+  if (ok && s.nivcsw >= 0 && now - s.sample_ns <= kSampleMaxNs && ru.ru_nivcsw - s.nivcsw - ours >= kCrowdSwitches) {
     s.crowded_until_ns = now + kCrowdHoldNs;
   }
   s.nivcsw = ok ? ru.ru_nivcsw : -1;
@@ -83,7 +89,10 @@ Spinner::Spinner(uint64_t deadline_ns) {
   spinning_ = attempted_ = end_ > start_;
 }
 
-uint64_t Spinner::now_clock() { return now_ns(); }
+void Spinner::yielded() {
+  last_ = now_ns();
+  ++t_spin.yields;
+}
 
 Spinner::~Spinner() {
   if (!recorded_) finish(false);

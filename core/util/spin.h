@@ -44,13 +44,14 @@ class Spinner {
   bool keep_going();
   // The thread gave its core away on purpose (sched_yield to a provider
   // that works on our cores): the time away is not a preemption.
-  void yielded() { last_ = now_clock(); }
+  // Nor is the involuntary switch it may count (a yield leaves the thread
+  // runnable): the crowding sample discounts it.
+  void yielded();
   // The condition came true (while spinning, or before sleeping).
   void found();
 
  private:
   void finish(bool found);
-  static uint64_t now_clock();
   uint64_t start_ = 0, end_ = 0, last_ = 0;
   bool spinning_ = false, attempted_ = false, preempted_ = false, recorded_ = false;
 };
