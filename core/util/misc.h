@@ -18,6 +18,17 @@ inline uint64_t now_ns() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
 }
 
+// The same clock at the kernel's tick (1-4 ms), never a system call: the
+// vDSO answers it from its data page even where the clocksource cannot be
+// read in user space (hpet, acpi_pm: some VMs, qemu without KVM), where
+// now_ns() costs a system call and a device read. Not comparable with
+// now_ns() values (it lags by up to a tick).
+inline uint64_t coarse_now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC_COARSE, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + static_cast<uint64_t>(ts.tv_nsec);
+}
+
 // Fills buf with kernel randomness; false if the kernel could not provide it
 // (callers then fall back to TCP rather than use weak nonces).
 inline bool random_bytes(void* buf, size_t len) {

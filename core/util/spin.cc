@@ -2,6 +2,7 @@
 
 #include <sys/resource.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "util/config.h"
@@ -27,6 +28,9 @@ thread_local SpinState t_spin;
 
 constexpr uint64_t kIdleResetNs = 5'000'000;  // a thread quiet this long starts afresh
 constexpr uint64_t kPreemptedNs = 20'000;     // a gap this long between two turns: we lost the CPU
+// ... or this long when the thread yielded to its provider in between (the
+// provider's work is ours; a time slice given to another thread is longer).
+constexpr uint64_t kPreemptedAfterYieldNs = 1'000'000;
 constexpr uint32_t kMaxFailBackoff = 64;
 constexpr uint32_t kMinPreemptBackoff = 8;
 constexpr uint32_t kMaxPreemptBackoff = 512;
@@ -64,33 +68,59 @@ void sample_crowding(SpinState& s, uint64_t now) {
   s.sample_ns = now;
 }
 
+// Whether now_ns() is cheap here (a vDSO read: tsc, kvm-clock), measured
+// once per process: where it is a system call and a device read (hpet,
+// acpi_pm) a wait reads it only once it has lasted a while.
+std::atomic<int> g_clock_cheap{-1};
+constexpr uint64_t kCheapClockNs = 250;
+
+bool clock_cheap() {
+  int v = g_clock_cheap.load(std::memory_order_relaxed);
+  if (RDMASHIM_LIKELY(v >= 0)) return v != 0;
+  uint64_t t0 = now_ns(), t1 = t0;
+  for (int i = 0; i < 4; ++i) t1 = now_ns();
+  v = (t1 - t0) / 4 <= kCheapClockNs ? 1 : 0;
+  g_clock_cheap.store(v, std::memory_order_relaxed);
+  return v != 0;
+}
+
 }  // namespace
 
-Spinner::Spinner(uint64_t deadline_ns) {
+void spin_clock_for_test(int cheap) { g_clock_cheap.store(cheap, std::memory_order_relaxed); }
+
+Spinner::Spinner(uint64_t deadline_ns) : deadline_(deadline_ns) {
   uint32_t budget_us = config().spin_us;
-  start_ = last_ = now_ns();
+  const uint64_t now = coarse_now_ns();
   SpinState& s = t_spin;
-  if (start_ - s.last_wait_ns > kIdleResetNs) s.skip = s.backoff = 0;
-  s.last_wait_ns = start_;
-  end_ = start_ + uint64_t{budget_us} * 1000;
-  if (deadline_ns != 0 && deadline_ns < end_) end_ = deadline_ns;
+  if (now - s.last_wait_ns > kIdleResetNs) s.skip = s.backoff = 0;
+  s.last_wait_ns = now;
+  budget_ns_ = uint64_t{budget_us} * 1000;
   // Sandboxed (a seccomp filter in force or coming): no spinning at all,
   // since the spin loops yield the core, a call the filter may forbid.
   if (budget_us == 0 || sandbox() != Sandbox::kNone) {
     recorded_ = true;  // nothing to learn
     return;
   }
-  if (start_ - s.sample_ns >= kSampleNs) sample_crowding(s, start_);
-  if (start_ < s.crowded_until_ns && start_ + kCrowdedSpinNs < end_) end_ = start_ + kCrowdedSpinNs;
+  if (now - s.sample_ns >= kSampleNs) sample_crowding(s, now);
+  if (now < s.crowded_until_ns && kCrowdedSpinNs < budget_ns_) budget_ns_ = kCrowdedSpinNs;
   if (s.skip > 0) {
     --s.skip;
     return;
   }
-  spinning_ = attempted_ = end_ > start_;
+  // A deadline may have passed already: that needs the precise clock now.
+  if (deadline_ != 0 || clock_cheap()) start_clock(now_ns());
+  spinning_ = attempted_ = end_ == 0 || end_ > last_;
+}
+
+void Spinner::start_clock(uint64_t now) {
+  last_ = now;
+  end_ = now + budget_ns_;
+  if (deadline_ != 0 && deadline_ < end_) end_ = deadline_;
 }
 
 void Spinner::yielded() {
-  last_ = now_ns();
+  if (last_ != 0 && clock_cheap()) last_ = now_ns();  // the gap after the yield is measured alone
+  else yielded_ = true;
   ++t_spin.yields;
 }
 
@@ -100,7 +130,9 @@ Spinner::~Spinner() {
 
 bool Spinner::keep_going() {
   uint64_t now = now_ns();
-  if (now - last_ > kPreemptedNs) preempted_ = true;
+  if (last_ == 0) start_clock(now);  // the budget runs from the first look
+  if (now - last_ > (yielded_ ? kPreemptedAfterYieldNs : kPreemptedNs)) preempted_ = true;
+  yielded_ = false;
   last_ = now;
   if (preempted_ || now >= end_) spinning_ = false;
   return spinning_;
@@ -113,7 +145,7 @@ void Spinner::found() {
 void Spinner::finish(bool found) {
   recorded_ = true;
   SpinState& s = t_spin;
-  s.last_wait_ns = now_ns();
+  s.last_wait_ns = coarse_now_ns();
   if (preempted_) {
     s.backoff = s.backoff < kMinPreemptBackoff ? kMinPreemptBackoff : s.backoff * 2;
     if (s.backoff > kMaxPreemptBackoff) s.backoff = kMaxPreemptBackoff;

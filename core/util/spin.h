@@ -23,11 +23,20 @@
 // RDMASHIM_SPIN_US is the budget; 0 never spins, and neither does a
 // sandboxed process (util/process.h: the loops call sched_yield, which a
 // seccomp filter may forbid).
+// Clock reads: the per-thread bookkeeping (idle reset, crowding) uses the
+// coarse clock (never a system call). Where the precise clock is a system
+// call and a device read (a VM whose clocksource is hpet or acpi_pm,
+// measured once per process), it is first read at the first keep_going()
+// and not after a yield: a wait answered within its first turns reads no
+// clock at all, and a preemption shows only once the clock runs.
 #pragma once
 
 #include <cstdint>
 
 namespace rdmashim {
+
+// Tests: 1 as if now_ns() were cheap here, 0 as if not, -1 measure again.
+void spin_clock_for_test(int cheap);
 
 class Spinner {
  public:
@@ -52,8 +61,11 @@ class Spinner {
 
  private:
   void finish(bool found);
-  uint64_t start_ = 0, end_ = 0, last_ = 0;
+  void start_clock(uint64_t now);
+  uint64_t budget_ns_ = 0, deadline_ = 0;
+  uint64_t end_ = 0, last_ = 0;  // now_ns() clock; 0 until first read
   bool spinning_ = false, attempted_ = false, preempted_ = false, recorded_ = false;
+  bool yielded_ = false;  // since the last clock read
 };
 
 }  // namespace rdmashim

@@ -215,6 +215,53 @@ TEST(Spin, PreemptionBacksOffAndIdleResets) {
   }).join();
 }
 
+// Where now_ns() is a system call (a VM on hpet), a wait reads it only from
+// its first keep_going(): the budget, a passed deadline and a preemption
+// are still honoured from there, and a yield to the provider is not taken
+// for a preemption unless the gap is a time slice.
+TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
+  std::thread([] {
+    spin_clock_for_test(0);
+    {
+      Spinner s;
+      ASSERT_TRUE(s.spinning());
+      uint64_t t0 = now_ns();
+      while (s.keep_going()) cpu_relax();
+      EXPECT_LT(now_ns() - t0, uint64_t{500'000'000}) << "the budget ends the spin";
+      EXPECT_GE(now_ns() - t0, uint64_t{config().spin_us} * 1000 * 9 / 10) << "the whole budget is spun";
+    }
+    usleep(10'000);  // back to a fresh thread's state
+    {
+      Spinner s(now_ns() - 1);
+      EXPECT_FALSE(s.spinning()) << "a deadline already passed: no spin";
+    }
+    // How many waits sleep at once before one spins again: 1 after a spin
+    // that ran out of budget, 8 or more after one that lost its CPU.
+    auto skips_after = [](bool yield, useconds_t gap) {
+      usleep(10'000);  // idle: a fresh start
+      {
+        Spinner s;
+        EXPECT_TRUE(s.keep_going());  // the clock starts
+        if (yield) s.yielded();
+        usleep(gap);
+        EXPECT_FALSE(s.keep_going());  // past the budget, preempted or not
+      }
+      for (int n = 0; n < 1000; ++n) {
+        Spinner s;
+        if (s.spinning()) {
+          s.found();
+          return n;
+        }
+      }
+      return 1000;
+    };
+    EXPECT_LT(skips_after(true, 300), 8) << "a yield's gap is not a preemption";
+    EXPECT_GE(skips_after(true, 3000), 8) << "a time slice given away is one, yield or not";
+    EXPECT_GE(skips_after(false, 300), 8) << "a preemption once the clock runs";
+    spin_clock_for_test(-1);
+  }).join();
+}
+
 // Crowding (issue 11): a thread the kernel keeps taking the CPU from (its
 // ru_nivcsw grows) spins only briefly: a peer running on the other core
 // still answers within that, one that must be scheduled first is slept for.
@@ -228,10 +275,6 @@ TEST(Spin, CrowdedThreadSpinsOnlyBriefly) {
     CPU_ZERO(&one);
     CPU_SET(cpu, &one);
     ASSERT_EQ(sched_setaffinity(0, sizeof one, &one), 0);
-    {
-      Spinner first;  // the thread's first look at its counter
-      first.found();
-    }
     // A busy sibling on the same CPU: for 30 ms the two take turns.
     std::atomic<bool> stop{false}, started{false};
     std::thread hog([&] {
@@ -240,6 +283,13 @@ TEST(Spin, CrowdedThreadSpinsOnlyBriefly) {
       while (!stop.load(std::memory_order_relaxed)) cpu_relax();
     });
     while (!started.load()) sched_yield();
+    {
+      // The thread's first look at its counter, just before: a look longer
+      // than 50 ms ago would say nothing (a busy machine may take that long
+      // to start the sibling).
+      Spinner first;
+      first.found();
+    }
     rusage before{}, after{};
     getrusage(RUSAGE_THREAD, &before);
     for (uint64_t t0 = now_ns(); now_ns() - t0 < 30'000'000;) cpu_relax();
