@@ -198,6 +198,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   l->local_.addr = reinterpret_cast<uintptr_t>(l->first_rx_.data);
   l->local_.rkey = l->first_rx_.mr->rkey;
   l->local_.reserved[1] = kParamsElastic;
+  l->local_.reserved[2] = kParamsBye;
   l->local_.ring_size = static_cast<uint32_t>(ring_size);
   l->local_.lid = dev.lid();
   l->local_.mtu = static_cast<uint8_t>(dev.mtu());
@@ -213,6 +214,7 @@ VerbsLink::~VerbsLink() {
   }
   const IbvApi* api = ibv();
   if (!api) return;
+  say_bye();
   dev_.destroy_qp(qp_);
   if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
   dev_.destroy_cq(cq_);
@@ -300,10 +302,20 @@ int VerbsLink::connect(const Params& peer, size_t ring) {
 }
 
 // At exit() the kernel would still deliver what a TCP socket had buffered;
-// RDMA WRITEs still in the send queue would die with our QPs instead.
+// RDMA WRITEs still in the send queue would die with our QPs instead. One
+// second for all links together, not per link (a thousand links to peers
+// that are gone would take a thousand seconds): every link's marker is
+// posted first, then each waits what is left. Then each says Bye, so its
+// peer's close does not wait for a QP that is gone.
 __attribute__((destructor)) static void flush_all_at_exit() {
   std::lock_guard<std::mutex> lock(g_links_mu);
-  for (VerbsLink* l : g_links) l->flush(1000);
+  for (VerbsLink* l : g_links) l->flush(0);
+  const uint64_t deadline = now_ns() + 1'000'000'000;
+  for (VerbsLink* l : g_links) {
+    uint64_t now = now_ns();
+    l->flush(now < deadline ? static_cast<int>((deadline - now) / 1'000'000) : 0);
+  }
+  for (VerbsLink* l : g_links) l->say_bye();
 }
 
 }  // namespace rdmashim::verbs
