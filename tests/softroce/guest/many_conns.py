@@ -23,7 +23,10 @@
                                          (at most SECS: time to read
                                          `rdmashim stat`); AGAIN=1: after
                                          closing them all, opens one more
-                                         and echoes BYTES on it (timed)
+                                         and echoes BYTES on it (timed);
+                                         MANY_CONNS_PIPELINE=1: BYTES sent on
+                                         every connection before any echo is
+                                         read (BYTES must fit the ring)
 
 The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K,
 "close_s": C, "again_s": A, "again_exact": bool} (rss_kb: its resident memory
@@ -131,7 +134,14 @@ def client(host, port, n, nbytes, mark, secs, again=0):
     open_s = time.monotonic() - t0
     rss = rss_kb()
     exact = True
-    for i, s in enumerate(conns):
+    if os.environ.get("MANY_CONNS_PIPELINE") == "1":
+        # BYTES fit the ring and the socket buffers: all sent, then all read, so
+        # the server's event loop serves many per wake-up (not one at a time).
+        for i, s in enumerate(conns):
+            s.sendall(pattern(i, nbytes))
+        for i, s in enumerate(conns):
+            exact = recv_exact(s, nbytes) == pattern(i, nbytes) and exact
+    for i, s in enumerate(conns if os.environ.get("MANY_CONNS_PIPELINE") != "1" else []):
         data = pattern(i, nbytes)
         w = threading.Thread(target=s.sendall, args=(data,))
         w.start()

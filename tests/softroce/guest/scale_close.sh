@@ -5,7 +5,7 @@
 # (many_conns.py), each echoing SCALE_BYTES; with all open, each side reads
 # its own `rdmashim stat`; then the client closes them all at once and opens
 # one more, which the same server must serve. Guest a watches itself meanwhile
-# (load, free memory, what the server process waits in) every 5 s.
+# (load, free memory, the server's progress and what it waits in) every 5 s.
 # Prints "@ scale.server|client|watch|done k=v ..." lines.
 set -uo pipefail
 source "$(dirname "$(readlink -f "$0")")/common.sh"
@@ -38,7 +38,7 @@ if [[ $role == a ]]; then
 	t0=$(now) closed=
 	while kill -0 "$spid" 2>/dev/null; do # every 5 s: how guest a is doing while the server closes
 		[[ -z $closed && -e srv.port.closed ]] && closed=$(elapsed "$t0" "$(now)")
-		say "scale.watch t=$(elapsed "$t0" "$(now)") load=$(cut -d' ' -f1 /proc/loadavg) memavailable_kb=$(awk '/^MemAvailable/ { print $2 }' /proc/meminfo) qps=$("$BIN/rdmashim" stat --json 2>/dev/null | python3 -c 'import json,sys; print(sum(p.get("verbs_qps", 0) for p in json.load(sys.stdin)))') progress=$(grep -h '^many_conns:' srv.log | tail -1 | tr ' ' '_') wchan=$(cat "/proc/$py/wchan" 2>/dev/null) state=$(awk '/^State/ { print $2 }' "/proc/$py/status" 2>/dev/null)"
+		say "scale.watch t=$(elapsed "$t0" "$(now)") load=$(cut -d' ' -f1 /proc/loadavg) memavailable_kb=$(awk '/^MemAvailable/ { print $2 }' /proc/meminfo) progress=$(grep -h '^many_conns:' srv.log | tail -1 | tr ' ' '_') wchan=$(cat "/proc/$py/wchan" 2>/dev/null) state=$(awk '/^State/ { print $2 }' "/proc/$py/status" 2>/dev/null)"
 		for ((i = 0; i < 25; i++)); do kill -0 "$spid" 2>/dev/null || break; sleep 0.2; done
 	done
 	wait "$spid"
@@ -47,12 +47,12 @@ if [[ $role == a ]]; then
 else
 	rm -f cli.mark cli.mark.go
 	t0=$(now)
-	timeout 900 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client 10.77.0.1 "$port" "$n" "$bytes" "$PWD/cli.mark" 600 1 \
+	MANY_CONNS_PIPELINE=1 timeout 900 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client 10.77.0.1 "$port" "$n" "$bytes" "$PWD/cli.mark" 600 1 \
 		>cli.out 2>cli.log &
 	cpid=$!
 	while kill -0 "$cpid" 2>/dev/null && [[ ! -e cli.mark ]]; do sleep 0.2; done
 	say "scale.client secs=$(elapsed "$t0" "$(now)") verbs=$(grep -c '(client) -> verbs$' cli.log) other=$(grep '(client) -> ' cli.log | grep -vc -- '-> verbs$') $(stat_line "$(python_of client)" client)"
-	sleep "${SCALE_HOLD:-8}" # guest a reads its own stat meanwhile
+	sleep "${SCALE_HOLD:-10}" # guest a reads its own stat meanwhile
 	touch cli.mark.go
 	wait "$cpid"
 	rc=$?
