@@ -389,15 +389,6 @@ void VerbsLink::publish_head(uint64_t head) {
 
 void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
 
-void VerbsLink::say_bye() {
-  if (!connected_ || !qp_ || !(peer_.reserved[2] & kParamsBye)) return;
-  std::lock_guard<std::mutex> lock(sq_mu_);
-  // Never waits for room: a full send queue (a peer gone without a word)
-  // leaves the peer to its own flush timeout, as before.
-  if (said_bye_ || error() || outstanding_ + 2 > kSendDepth - 4) return;
-  said_bye_ = true;
-  post_ctl_locked(Ctl{kCtlBye, 0, 0, 0, 0, 0});
-}
 
 bool VerbsLink::peer_seen() const {
   auto* self = const_cast<VerbsLink*>(this);

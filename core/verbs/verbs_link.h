@@ -211,6 +211,7 @@ class VerbsLink final : public Link {
   // any more (Soft-RoCE would retry it forever) and a flush waits for nothing.
   std::atomic<bool> peer_bye_{false};
   bool said_bye_ = false;  // under sq_mu_
+  unsigned fork_generation_ = 0;  // g_fork_generation when made (verbs_link_setup.cc)
   // Idle heartbeat: some providers degrade QPs that stay idle for tens of
   // minutes, so a link with no post for a minute re-sends its last credit.
   friend void* heartbeat_loop(void*);

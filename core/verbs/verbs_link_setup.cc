@@ -30,6 +30,7 @@ constexpr unsigned kHeartbeatSeconds = 60;
 std::mutex g_links_mu;
 std::vector<VerbsLink*> g_links;  // connected links of this process
 bool g_heartbeat_started = false;
+unsigned g_fork_generation = 0;  // a link made before a fork is the parent's
 
 void start_heartbeat_locked() {
   if (!g_heartbeat_started) g_heartbeat_started = start_background_thread(heartbeat_loop, nullptr);
@@ -86,6 +87,18 @@ void VerbsLink::forget_after_fork() {
   new (&g_links_mu) std::mutex();  // only this thread exists now (see Device::forget_after_fork)
   g_links.clear();
   g_heartbeat_started = false;
+  ++g_fork_generation;
+}
+
+void VerbsLink::say_bye() {
+  // Not from a forked child: the send queue's memory is shared with the parent.
+  if (!connected_ || !qp_ || !(peer_.reserved[2] & kParamsBye) || fork_generation_ != g_fork_generation) return;
+  std::lock_guard<std::mutex> lock(sq_mu_);
+  // Never waits for room: a full send queue (a peer gone without a word)
+  // leaves the peer to its own flush timeout, as before.
+  if (said_bye_ || error() || outstanding_ + 2 > kSendDepth - 4) return;
+  said_bye_ = true;
+  post_ctl_locked(Ctl{kCtlBye, 0, 0, 0, 0, 0});
 }
 
 // Provider calls that can block run under the watchdog. Past the setup
@@ -143,6 +156,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
   if (!l) return *err = -ENOMEM, nullptr;
   l->ring_size_ = ring_size;
+  l->fork_generation_ = g_fork_generation;
   *err = -ENOMEM;
   // The rings start small and grow under pressure (verbs/regions.h).
   size_t first = std::min(ring_size, kStartRegion);
