@@ -30,7 +30,8 @@ namespace rdmashim::verbs {
 //                    reserved[1]: kParamsElastic (addr and rkey are the first
 //                    region, min(kStartRegion, ring) bytes, of an elastic
 //                    ring, verbs/regions.h; a peer without it is refused);
-//                    the rest 0
+//                    reserved[2]: flags, kParamsBye: we understand
+//                    kCtlBye (verbs/regions.h); the rest 0
 struct Params {
   uint32_t qpn;
   uint32_t psn;
@@ -43,6 +44,7 @@ struct Params {
   uint8_t reserved[5];
 };
 inline constexpr uint8_t kParamsElastic = 1;
+inline constexpr uint8_t kParamsBye = 1;  // in reserved[2]
 
 static_assert(sizeof(Params) == 48 && offsetof(Params, addr) == 24 && offsetof(Params, ring_size) == 36 &&
               offsetof(Params, lid) == 40);

@@ -37,13 +37,16 @@ namespace rdmashim::verbs {
 inline constexpr size_t kStartRegion = size_t{256} << 10;
 
 // A control message, one RDMA SEND (little-endian, 32 bytes):
-//  0  kind  u32  kCtlOffer | kCtlSwitch | kCtlPressure
+//  0  kind  u32  kCtlOffer | kCtlSwitch | kCtlPressure | kCtlBye
 //  4  gen   u32  offer: the offered region's generation; switch: the one
 //                switched to; pressure: the one found full
 //  8  addr  u64  offer: the region's address (in the consumer's process)
 // 16  rkey  u32  offer
 // 20  size  u32  offer: its bytes, a power of two
 // 24  pos   u64  switch: the first stream position written to `gen`
+// kCtlBye (the rest 0): the sender's QP is going away (its connection closed
+// for good, or its process exits) and it reads nothing more; sent only to a
+// peer whose Params carry kParamsBye.
 struct Ctl {
   uint32_t kind;
   uint32_t gen;
@@ -53,7 +56,7 @@ struct Ctl {
   uint64_t pos;
 };
 static_assert(sizeof(Ctl) == 32);
-enum : uint32_t { kCtlOffer = 1, kCtlSwitch = 2, kCtlPressure = 3 };
+enum : uint32_t { kCtlOffer = 1, kCtlSwitch = 2, kCtlPressure = 3, kCtlBye = 4 };
 
 // The producer's view of the peer's regions. The owner serializes every call
 // but room() (lock-free, from any thread).

@@ -21,7 +21,7 @@ void VerbsLink::heartbeat_if_idle() {
     std::lock_guard<std::mutex> lock(sq_mu_);
     posts = posts_;
   }
-  if (posts == posts_at_beat_ && !error()) {
+  if (posts == posts_at_beat_ && !error() && !peer_bye_.load(std::memory_order_acquire)) {
     // Our consumed position again: a valid credit the peer already has, or newer.
     post_write_with_imm(kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit));
     std::lock_guard<std::mutex> lock(sq_mu_);
@@ -64,6 +64,8 @@ void VerbsLink::on_control(const Ctl& c) {
     ok = rx_rgn_.on_switch(c, peer_tail_.load(std::memory_order_relaxed));
   } else if (c.kind == kCtlPressure) {
     rx_rgn_.on_pressure(c);  // a stale one is no error
+  } else if (c.kind == kCtlBye) {
+    peer_bye_.store(true, std::memory_order_release);
   } else {
     ok = false;
   }
@@ -175,8 +177,9 @@ size_t VerbsLink::put_room() {
 }
 
 int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n) {
-  // Keep room in the send queue: reap completions when it runs low.
-  while (outstanding_ + n + 1 > kSendDepth - 4) {
+  // Keep room in the send queue: reap completions when it runs low. A peer
+  // that said Bye completes nothing more (post_locked posts nothing to it).
+  while (outstanding_ + n + 1 > kSendDepth - 4 && !peer_bye_.load(std::memory_order_acquire)) {
     lock.unlock();
     {
       std::lock_guard<std::mutex> cq(cq_mu_);
@@ -236,6 +239,9 @@ int VerbsLink::post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t i
 }
 
 int VerbsLink::post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count) {
+  // Nothing to a QP that is gone: Soft-RoCE would retry it forever (retry_cnt
+  // 7 means no limit there), each dead link sending every 67 ms.
+  if (peer_bye_.load(std::memory_order_acquire)) return 0;
   for (int i = 0; i < count; ++i) {
     ibv_send_wr& wr = wrs[i];
     ++outstanding_;
@@ -281,10 +287,18 @@ int VerbsLink::post_ctl(const Ctl& c) {
 
 int VerbsLink::flush(int timeout_ms) {
   if (!connected_) return 0;
+  if (cq_mu_.try_lock()) {  // a Bye already here?
+    poll_completions();
+    cq_mu_.unlock();
+  }
   uint64_t target;  // the end of our data posted so far: what must land
   {
     std::lock_guard<std::mutex> lock(sq_mu_);
     if (error()) return error();
+    // The peer closed for good: it reads nothing more, and its QP may be
+    // gone, so nothing could confirm our writes (a TCP peer that closed
+    // drops what arrives too).
+    if (peer_bye_.load(std::memory_order_acquire)) return 0;
     // Only data WRITEs (and the tails they carry) matter: a credit or a
     // heartbeat still in flight need not be confirmed, and must not be
     // waited for: a peer that read all and closed never acknowledges it,
@@ -315,6 +329,7 @@ int VerbsLink::flush(int timeout_ms) {
     }
     if (done_.load(std::memory_order_acquire) >= target) return 0;
     if (error()) return error();
+    if (peer_bye_.load(std::memory_order_acquire)) return 0;
     if (now_ns() >= deadline) {
       std::lock_guard<std::mutex> cq(cq_mu_);  // before sq_mu_, as poll_completions takes them
       std::lock_guard<std::mutex> lock(sq_mu_);
@@ -373,6 +388,7 @@ void VerbsLink::publish_head(uint64_t head) {
 }
 
 void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
+
 
 bool VerbsLink::peer_seen() const {
   auto* self = const_cast<VerbsLink*>(this);

@@ -78,6 +78,9 @@ class VerbsLink final : public Link {
   void announce();
   // A write from the peer arrived (so its QP is connected to ours).
   bool peer_seen() const;
+  // Tells a peer that understands it (kParamsBye) that our QP is going away:
+  // its close then waits for nothing more from us. Once; never waits.
+  void say_bye();
   // In a forked child: the parent's links and heartbeat thread are not ours.
   static void forget_after_fork();
 
@@ -204,6 +207,11 @@ class VerbsLink final : public Link {
   unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
+  // The peer said Bye: its QP is gone or going, so nothing is posted to it
+  // any more (Soft-RoCE would retry it forever) and a flush waits for nothing.
+  std::atomic<bool> peer_bye_{false};
+  bool said_bye_ = false;  // under sq_mu_
+  unsigned fork_generation_ = 0;  // g_fork_generation when made (verbs_link_setup.cc)
   // Idle heartbeat: some providers degrade QPs that stay idle for tens of
   // minutes, so a link with no post for a minute re-sends its last credit.
   friend void* heartbeat_loop(void*);

@@ -30,6 +30,7 @@ constexpr unsigned kHeartbeatSeconds = 60;
 std::mutex g_links_mu;
 std::vector<VerbsLink*> g_links;  // connected links of this process
 bool g_heartbeat_started = false;
+unsigned g_fork_generation = 0;  // a link made before a fork is the parent's
 
 void start_heartbeat_locked() {
   if (!g_heartbeat_started) g_heartbeat_started = start_background_thread(heartbeat_loop, nullptr);
@@ -86,6 +87,18 @@ void VerbsLink::forget_after_fork() {
   new (&g_links_mu) std::mutex();  // only this thread exists now (see Device::forget_after_fork)
   g_links.clear();
   g_heartbeat_started = false;
+  ++g_fork_generation;
+}
+
+void VerbsLink::say_bye() {
+  // Not from a forked child: the send queue's memory is shared with the parent.
+  if (!connected_ || !qp_ || !(peer_.reserved[2] & kParamsBye) || fork_generation_ != g_fork_generation) return;
+  std::lock_guard<std::mutex> lock(sq_mu_);
+  // Never waits for room: a full send queue (a peer gone without a word)
+  // leaves the peer to its own flush timeout, as before.
+  if (said_bye_ || error() || outstanding_ + 2 > kSendDepth - 4) return;
+  said_bye_ = true;
+  post_ctl_locked(Ctl{kCtlBye, 0, 0, 0, 0, 0});
 }
 
 // Provider calls that can block run under the watchdog. Past the setup
@@ -143,6 +156,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   std::unique_ptr<VerbsLink> l(new (std::nothrow) VerbsLink(dev));
   if (!l) return *err = -ENOMEM, nullptr;
   l->ring_size_ = ring_size;
+  l->fork_generation_ = g_fork_generation;
   *err = -ENOMEM;
   // The rings start small and grow under pressure (verbs/regions.h).
   size_t first = std::min(ring_size, kStartRegion);
@@ -198,6 +212,7 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   l->local_.addr = reinterpret_cast<uintptr_t>(l->first_rx_.data);
   l->local_.rkey = l->first_rx_.mr->rkey;
   l->local_.reserved[1] = kParamsElastic;
+  l->local_.reserved[2] = kParamsBye;
   l->local_.ring_size = static_cast<uint32_t>(ring_size);
   l->local_.lid = dev.lid();
   l->local_.mtu = static_cast<uint8_t>(dev.mtu());
@@ -213,6 +228,7 @@ VerbsLink::~VerbsLink() {
   }
   const IbvApi* api = ibv();
   if (!api) return;
+  say_bye();
   dev_.destroy_qp(qp_);
   if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
   dev_.destroy_cq(cq_);
@@ -300,10 +316,20 @@ int VerbsLink::connect(const Params& peer, size_t ring) {
 }
 
 // At exit() the kernel would still deliver what a TCP socket had buffered;
-// RDMA WRITEs still in the send queue would die with our QPs instead.
+// RDMA WRITEs still in the send queue would die with our QPs instead. One
+// second for all links together, not per link (a thousand links to peers
+// that are gone would take a thousand seconds): every link's marker is
+// posted first, then each waits what is left. Then each says Bye, so its
+// peer's close does not wait for a QP that is gone.
 __attribute__((destructor)) static void flush_all_at_exit() {
   std::lock_guard<std::mutex> lock(g_links_mu);
-  for (VerbsLink* l : g_links) l->flush(1000);
+  for (VerbsLink* l : g_links) l->flush(0);
+  const uint64_t deadline = now_ns() + 1'000'000'000;
+  for (VerbsLink* l : g_links) {
+    uint64_t now = now_ns();
+    l->flush(now < deadline ? static_cast<int>((deadline - now) / 1'000'000) : 0);
+  }
+  for (VerbsLink* l : g_links) l->say_bye();
 }
 
 }  // namespace rdmashim::verbs

@@ -1,13 +1,18 @@
 #!/usr/bin/env python3
 """Many connections in one process (softroce.verbs_local, bench/softroce_scale.sh).
 
-  many_conns.py server PORTFILE [N]      accepts connections and echoes each
+  many_conns.py server PORTFILE [N [AGAIN]]
+                                         accepts connections and echoes each
                                          one until its EOF (one thread, epoll);
                                          with N: touches PORTFILE.all once N
                                          have sent something (their handshakes
                                          done) and returns once all closed
-                                         (PEERS_PORT: a fixed port, else any)
-  many_conns.py client HOST PORT N BYTES MARK SECS
+                                         (PEERS_PORT: a fixed port, else any);
+                                         writes PORTFILE.closed (seconds from
+                                         the first EOF to the N-th close);
+                                         AGAIN=1: then serves one more
+                                         connection before returning
+  many_conns.py client HOST PORT N BYTES MARK SECS [AGAIN]
                                          opens N connections (one byte each
                                          way on each, so every handshake is
                                          done), sends BYTES on every one (a
@@ -16,10 +21,17 @@
                                          byte, then touches MARK and holds
                                          them all open until MARK.go exists
                                          (at most SECS: time to read
-                                         `rdmashim stat`)
+                                         `rdmashim stat`); AGAIN=1: after
+                                         closing them all, opens one more
+                                         and echoes BYTES on it (timed);
+                                         MANY_CONNS_PIPELINE=1: BYTES sent on
+                                         every connection before any echo is
+                                         read (BYTES must fit the ring)
 
-The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K}
-(rss_kb: its resident memory with every connection open).
+The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K,
+"close_s": C, "again_s": A, "again_exact": bool} (rss_kb: its resident memory
+with every connection open; close_s: closing all N; again_s: the next
+connection's connect and echo, -1 without AGAIN or when it failed).
 """
 import os
 import random
@@ -49,7 +61,7 @@ def recv_exact(s, n):
     return b"".join(parts)
 
 
-def server(portfile, n=0):
+def server(portfile, n=0, again=0):
     ls = socket.socket()
     ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     ls.bind((os.environ.get("PEERS_HOST", "127.0.0.1"), int(os.environ.get("PEERS_PORT", "0"))))
@@ -59,9 +71,11 @@ def server(portfile, n=0):
     os.rename(portfile + ".tmp", portfile)
     sel = selectors.DefaultSelector()  # epoll: past select()'s 1024 descriptors
     sel.register(ls, selectors.EVENT_READ)
-    accepted = live = 0
+    accepted = live = closed = 0
+    first_eof = None
     heard = set()
-    while not n or not accepted or live:  # with N: until every connection closed (or the client died)
+    # With N: until every connection closed (or the client died); AGAIN: and one more.
+    while not n or not accepted or live or (again and closed == n and accepted <= n):
         for key, _ in sel.select():
             s = key.fileobj
             if s is ls:
@@ -73,9 +87,18 @@ def server(portfile, n=0):
                 continue
             b = s.recv(1 << 16)
             if not b:
+                if first_eof is None:
+                    first_eof = time.monotonic()
                 sel.unregister(s)
                 s.close()
                 live -= 1
+                closed += 1
+                if n and (closed % max(1, n // 10) == 0 or closed == n):
+                    print("many_conns: %d closed %.1f s after the first EOF" % (closed, time.monotonic() - first_eof),
+                          file=sys.stderr, flush=True)
+                if closed == n:
+                    with open(portfile + ".closed", "w") as f:
+                        f.write("%.3f" % (time.monotonic() - first_eof))
                 continue
             s.sendall(b)  # the client reads while it writes: never blocks for long
             if n and len(heard) < n:
@@ -89,7 +112,7 @@ def rss_kb():
         return int(f.read().split()[1]) * (os.sysconf("SC_PAGESIZE") // 1024)
 
 
-def client(host, port, n, nbytes, mark, secs):
+def client(host, port, n, nbytes, mark, secs, again=0):
     t0 = time.monotonic()
     conns = []
     for i in range(n):
@@ -111,7 +134,14 @@ def client(host, port, n, nbytes, mark, secs):
     open_s = time.monotonic() - t0
     rss = rss_kb()
     exact = True
-    for i, s in enumerate(conns):
+    if os.environ.get("MANY_CONNS_PIPELINE") == "1":
+        # BYTES fit the ring and the socket buffers: all sent, then all read, so
+        # the server's event loop serves many per wake-up (not one at a time).
+        for i, s in enumerate(conns):
+            s.sendall(pattern(i, nbytes))
+        for i, s in enumerate(conns):
+            exact = recv_exact(s, nbytes) == pattern(i, nbytes) and exact
+    for i, s in enumerate(conns if os.environ.get("MANY_CONNS_PIPELINE") != "1" else []):
         data = pattern(i, nbytes)
         w = threading.Thread(target=s.sendall, args=(data,))
         w.start()
@@ -121,14 +151,33 @@ def client(host, port, n, nbytes, mark, secs):
     end = time.monotonic() + secs
     while not os.path.exists(mark + ".go") and time.monotonic() < end:
         time.sleep(0.1)
+    t1 = time.monotonic()
     for s in conns:
         s.close()
-    print('{"connections": %d, "exact": %s, "open_s": %.3f, "rss_kb": %d}'
-          % (n, "true" if exact else "false", open_s, rss), flush=True)
+    close_s = time.monotonic() - t1
+    again_s, again_exact = -1.0, False
+    if again:
+        t2 = time.monotonic()
+        try:
+            s = socket.create_connection((host, int(port)), timeout=120)
+            data = pattern(n, nbytes)
+            w = threading.Thread(target=s.sendall, args=(data,))
+            w.start()
+            again_exact = recv_exact(s, nbytes) == data
+            w.join()
+            s.close()
+            again_s = time.monotonic() - t2
+        except OSError as e:
+            print("many_conns: the next connection failed after %.1f s: %s" % (time.monotonic() - t2, e),
+                  file=sys.stderr, flush=True)
+    print('{"connections": %d, "exact": %s, "open_s": %.3f, "rss_kb": %d, "close_s": %.3f, "again_s": %.3f, '
+          '"again_exact": %s}' % (n, "true" if exact else "false", open_s, rss, close_s, again_s,
+                                  "true" if again_exact else "false"), flush=True)
 
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        server(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0)
+        server(sys.argv[2], int(sys.argv[3]) if len(sys.argv) > 3 else 0, int(sys.argv[4]) if len(sys.argv) > 4 else 0)
     else:
-        client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7]))
+        client(sys.argv[2], sys.argv[3], int(sys.argv[4]), int(sys.argv[5]), sys.argv[6], float(sys.argv[7]),
+               int(sys.argv[8]) if len(sys.argv) > 8 else 0)
