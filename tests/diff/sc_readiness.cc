@@ -50,6 +50,18 @@ void ask(Pair& p, uint64_t n) {
 }
 void stop(Pair& p) { p.ctl.put(UINT64_MAX); }
 
+// " 0x.. 0x.." in ascending order: which registrations a run of waits saw.
+std::string sorted_hex(std::vector<uint64_t> seen) {
+  std::sort(seen.begin(), seen.end());
+  std::string s;
+  for (auto v : seen) {
+    char buf[32];
+    snprintf(buf, sizeof buf, " 0x%llx", static_cast<unsigned long long>(v));
+    s += buf;
+  }
+  return s;
+}
+
 void drain(int fd, size_t n) {
   std::vector<char> b(n);
   read_exact(fd, b.data(), n);
@@ -820,19 +832,59 @@ SCENARIO(epoll_maxevents_fairness, 2) {
           if (k == 1) seen.push_back(ev[0].data.u64);
           else T("wait(maxevents 1) #%d = %s", i, E(k).c_str());
         }
-        std::sort(seen.begin(), seen.end());
-        std::string s;
-        for (auto v : seen) {
-          char buf[32];
-          snprintf(buf, sizeof buf, " 0x%llx", static_cast<unsigned long long>(v));
-          s += buf;
-        }
+        std::string s = sorted_hex(seen);
         T("3 x wait(maxevents 1), all ready and level-triggered: each once:%s", s.c_str());
         drain(p.fd, 10);
         stop(p);
       },
       scripted_client);
 }
+
+// The peer's FIN reaches an upgraded socket on its TCP side only: a program
+// asleep in epoll_wait with ring-side interest hears of it (the kernel names
+// the descriptor, the scan then looks at that one TCP side), once if
+// edge-triggered, and a level-triggered one keeps its turn when plain
+// descriptors fill maxevents.
+void fin_while_asleep(bool et) {
+  run_pair(
+      [et](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN | EPOLLRDHUP | (et ? EPOLLET : 0u), kSock);
+        epoll_event ev[4];
+        int k = epoll_wait(ep, ev, 4, 0);
+        T("idle: wait(0) = %s", evs(k, ev).c_str());
+        p.ctl.put(0);  // the peer shuts down writing 100 ms from now
+        k = epoll_wait(ep, ev, 4, kBoundMs);
+        T("asleep when the peer shut down writing: wait(5000) = %s", evs(k, ev).c_str());
+        p.ctl.sync();
+        k = epoll_wait(ep, ev, 4, 0);
+        T("again: wait(0) = %s", evs(k, ev).c_str());
+        int a[2], b[2];
+        if (pipe(a) != 0 || pipe(b) != 0) fatal("pipe");
+        epoll_add(ep, a[0], EPOLLIN, kPipe);
+        epoll_add(ep, b[0], EPOLLIN, kPipe2);
+        if (write(a[1], "a", 1) != 1 || write(b[1], "b", 1) != 1) fatal("write");
+        std::vector<uint64_t> seen;
+        for (int i = 0; i < 3; ++i) {
+          k = epoll_wait(ep, ev, 1, 0);
+          if (k == 1) seen.push_back(ev[0].data.u64);
+          else T("wait(maxevents 1) #%d = %s", i, E(k).c_str());
+        }
+        std::string s = sorted_hex(seen);
+        T("with two readable pipes, 3 x wait(maxevents 1):%s", s.c_str());
+        stop(p);
+      },
+      [](Pair& p) {
+        for (uint64_t n = p.ctl.get(); n != UINT64_MAX; n = p.ctl.get()) {
+          sleep_ms(100);
+          shutdown(p.fd, SHUT_WR);
+          p.ctl.sync();
+        }
+      });
+}
+
+SCENARIO(epoll_fin_asleep_lt, 2) { fin_while_asleep(false); }
+SCENARIO(epoll_fin_asleep_et, 2) { fin_while_asleep(true); }
 
 SCENARIO(epoll_timeouts, 2) {
   run_pair(
