@@ -35,12 +35,13 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     return n < 0 || static_cast<size_t>(n) >= min_bytes || (min_bytes > 1 && rx_end_.load(std::memory_order_acquire));
   };
   Link& link = transport_->link();
-  const uint32_t yield_mask = link.spin_yield_mask();
-  // A link that yields more often than keep_going() looks has a provider
-  // working on our cores (software RDMA: the kernel moves its packets): the
-  // time a yield gives it is the link's own work, not a preemption, and
-  // counting it as one would make every wait sleep (a fifth of the rate).
-  const bool yields_to_provider = yield_mask < 63;
+  // A provider working on our cores (software RDMA: the kernel moves its
+  // packets) gets the core every 16 turns, and the time a yield gives it is
+  // the link's own work, not a preemption: counting it as one would make
+  // every wait sleep (a fifth of the rate). Otherwise a yield now and then
+  // lets a runnable peer on our core go first.
+  const bool yields_to_provider = link.provider_on_our_cores();
+  const uint32_t yield_mask = yields_to_provider ? 15 : 1023;
   Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl));
   for (uint32_t i = 1; spin.spinning(); ++i) {
     if (ready()) {

@@ -65,10 +65,11 @@ class Link {
   // end of the stream) a link whose writes are asynchronous must drain them.
   virtual int flush(int /*timeout_ms*/) { return 0; }
 
-  // While spinning for the peer, yield the core every (mask + 1) turns. A
-  // software RDMA provider progresses in this host's kernel and needs the CPU
-  // the spinner holds; shared memory needs nothing but the peer.
-  virtual uint32_t spin_yield_mask() const { return 1023; }
+  // Whether the link's provider moves our bytes on this host's cores (a
+  // software RDMA device progresses in the kernel, on the CPU a spinner
+  // holds); shared memory needs nothing but the peer. The wait loop yields
+  // to such a provider often, and does not take that time for preemption.
+  virtual bool provider_on_our_cores() const { return false; }
 
   // Bytes the producer may put now, beyond the ring's credit: a link that
   // stages writes in a smaller buffer (verbs) frees it only as its writes

@@ -102,7 +102,7 @@ class VerbsLink final : public Link {
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
   int flush(int timeout_ms) override;
-  uint32_t spin_yield_mask() const override { return dev_.software() ? 15 : 1023; }
+  bool provider_on_our_cores() const override { return dev_.software(); }
   size_t put_room() override;
   bool maintained() const override { return true; }
   bool maintenance_wanted() const override {
