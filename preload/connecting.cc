@@ -37,6 +37,7 @@ bool settle_connecting(int fd) {
 }
 
 void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet) {
+  if (g_connecting_clients.load(std::memory_order_relaxed) <= 0) return;  // none anywhere: no lookups
   std::lock_guard<std::mutex> lock(set.mu);
   for (const NativeReg& n : set.natives) {
     if (connecting_client(n.fd) && std::find(quiet.begin(), quiet.end(), n.fd) == quiet.end()) {

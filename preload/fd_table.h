@@ -22,6 +22,11 @@ namespace rdmashim::preload {
 
 struct EpollSet;  // epoll_set.h
 
+// Advertised clients still connecting (kPending entries with `advertised`)
+// alive in this process: an epoll wait looks for them among a set's native
+// registrations only while there are some (connecting.cc), not at every sleep.
+inline std::atomic<int> g_connecting_clients{0};
+
 struct Entry {
   enum class Kind : uint8_t {
     kListener,  // a listening TCP socket we advertised
@@ -31,6 +36,9 @@ struct Entry {
   };
 
   explicit Entry(Kind k) : kind(k) {}
+  ~Entry() {
+    if (counted_connecting) g_connecting_clients.fetch_sub(1, std::memory_order_relaxed);
+  }
   std::atomic<int> refs{0};  // table slots plus calls in flight
   std::atomic<Kind> kind;
   UniqueFd advert;                   // kListener: keeps the registry entry alive
@@ -44,6 +52,7 @@ struct Entry {
   // how long connections to `peer` live. 0: not a client of ours.
   uint64_t connected_ns = 0;
   bool advertised = false;           // kPending: the peer advertised before we connected
+  bool counted_connecting = false;   // kPending: in g_connecting_clients until destroyed
   UniqueFd announce;                 // kPending: our announcement (discovery::announce_client)
   discovery::RemoteProbe probe;      // kPending: another host's answer, asked before connect()
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one

@@ -349,6 +349,8 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
     // Non-blocking connect: the Hello goes out at the first I/O once it completed.
     remember_peer(e, addr, len, now);
     e->advertised = advertised;
+    e->counted_connecting = advertised;
+    if (advertised) g_connecting_clients.fetch_add(1, std::memory_order_relaxed);
     e->probe = remote;
     e->announce = std::move(announce);
     attach(fd, e);
