@@ -185,7 +185,8 @@ void Connection::flush_tx(bool closing) {
     explicit Watch(Connection* conn, bool no_fin) : c(conn), open(no_fin), ping(no_fin) {}
     bool peer_gone() override {
       pollfd p{c->fd(), POLLRDHUP, 0};
-      if (sys::real().poll(&p, 1, 0) != 1) return false;
+      sys::WaitCall how = sys::wait_call();  // the program's (select shows no hang-up or error)
+      if (sys::wait_as(sys::select_like(how) ? sys::WaitCall::kPoll : how, &p, 1, 0) != 1) return false;
       if ((p.revents & POLLERR) || (open && (p.revents & POLLHUP))) return true;
       if (!ping || !(p.revents & POLLRDHUP)) return false;
       ping = false;  // once: the answer takes a round trip
