@@ -117,7 +117,7 @@ bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
   if (orphaned_) return false;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
-  flush_tx();
+  flush_tx(true);
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return false;
   discard_unread_handshake();
@@ -170,9 +170,33 @@ bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
 }
 
 // Our ring writes in flight must land before the peer sees our FIN or Close.
-void Connection::flush_tx() {
+// Unless the peer is gone (a SIGKILLed process, a crashed one): then nothing
+// confirms them, and a close on TCP would not wait either. The TCP side
+// tells: a reset (POLLERR), or, once the peer's FIN came (a closed socket
+// always sent one), a ping that its kernel answers with RST. Never before
+// the FIN (see wait_ring), nor after our own (the ping would fail, the
+// reset is no news), nor in shutdown() (the RST would fail its call).
+void Connection::flush_tx(bool closing) {
   if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
-  int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms));
+  struct Watch final : Link::PeerWatch {
+    Connection* c;
+    const bool open;  // our side sent no FIN: a hang-up (POLLHUP) is a reset
+    bool ping;
+    explicit Watch(Connection* conn, bool no_fin) : c(conn), open(no_fin), ping(no_fin) {}
+    bool peer_gone() override {
+      pollfd p{c->fd(), POLLRDHUP, 0};
+      sys::WaitCall how = sys::wait_call();  // the program's (select shows no hang-up or error)
+      if (sys::wait_as(sys::select_like(how) ? sys::WaitCall::kPoll : how, &p, 1, 0) != 1) return false;
+      if ((p.revents & POLLERR) || (open && (p.revents & POLLHUP))) return true;
+      if (!ping || !(p.revents & POLLRDHUP)) return false;
+      ping = false;  // once: the answer takes a round trip
+      std::unique_lock<std::mutex> tx(c->tx_mu_, std::try_to_lock);  // frames stay whole on the TCP side
+      if (!tx.owns_lock()) return false;
+      int r = c->send_control(wire::FrameType::kPing, nullptr, 0);
+      return r == -EPIPE || r == -ECONNRESET;
+    }
+  } watch(this, !tx_shut_.load(std::memory_order_relaxed));
+  int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms), closing ? &watch : nullptr);
   if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
 }
 

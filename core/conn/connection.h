@@ -337,7 +337,9 @@ class Connection {
   void settle(stats::Outcome o, bool correct = false);
   void update_passthrough();  // both locks held
   short consume_setup_bytes(short kernel);
-  void flush_tx();
+  // closing: the close path, which may ping a peer that sent its FIN to
+  // learn it is gone (no ping before a shutdown(): its RST would fail it).
+  void flush_tx(bool closing = false);
   int epipe(int flags);
   int broken(const char* what);
 

@@ -60,10 +60,20 @@ class Link {
   virtual void prepare_sleep(unsigned what) = 0;
   virtual void finish_sleep(unsigned what, bool rung) = 0;
 
+  // Asked now and then by a flush that waits: true once the peer is known
+  // gone (its socket reset), so nothing can confirm our writes any more.
+  class PeerWatch {
+   public:
+    virtual bool peer_gone() = 0;
+
+   protected:
+    ~PeerWatch() = default;
+  };
   // Waits, at most timeout_ms, until everything published so far is in the
   // peer's memory. Before our TCP side closes (the peer takes its FIN as the
   // end of the stream) a link whose writes are asynchronous must drain them.
-  virtual int flush(int /*timeout_ms*/) { return 0; }
+  // With a watch it stops as soon as the peer is known gone.
+  virtual int flush(int /*timeout_ms*/, PeerWatch* /*watch*/ = nullptr) { return 0; }
 
   // Whether the link's provider moves our bytes on this host's cores (a
   // software RDMA device progresses in the kernel, on the CPU a spinner

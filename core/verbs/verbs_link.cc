@@ -16,6 +16,17 @@
 namespace rdmashim::verbs {
 
 void VerbsLink::heartbeat_if_idle() {
+  // A beat is signaled, and on an idle link the next one is posted only
+  // once it completed: a peer gone without a Bye (SIGKILL, a crash) gets
+  // one, which rxe retries until the link closes, not one more a minute.
+  if (beat_pending_) {
+    if (!cq_mu_.try_lock()) return;  // a thread of ours is polling: look next time
+    poll_completions();
+    cq_mu_.unlock();
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    if (outstanding_ != 0 && posts_ == posts_at_beat_) return;  // its QP does not answer
+    beat_pending_ = false;
+  }
   uint64_t posts;
   {
     std::lock_guard<std::mutex> lock(sq_mu_);
@@ -23,7 +34,7 @@ void VerbsLink::heartbeat_if_idle() {
   }
   if (posts == posts_at_beat_ && !error() && !peer_bye_.load(std::memory_order_acquire)) {
     // Our consumed position again: a valid credit the peer already has, or newer.
-    post_write_with_imm(kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit));
+    beat_pending_ = post_writes(0, 0, true, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit), true) == 0;
     std::lock_guard<std::mutex> lock(sq_mu_);
     posts = posts_;
   }
@@ -285,7 +296,7 @@ int VerbsLink::post_ctl(const Ctl& c) {
   return post_ctl_locked(c);
 }
 
-int VerbsLink::flush(int timeout_ms) {
+int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
   if (!connected_) return 0;
   if (cq_mu_.try_lock()) {  // a Bye already here?
     poll_completions();
@@ -321,7 +332,13 @@ int VerbsLink::flush(int timeout_ms) {
       return -EIO;
     }
   }
-  uint64_t deadline = now_ns() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  // A peer gone without a Bye (SIGKILL, a crash) confirms nothing, and rxe
+  // retries forever: the watch (our TCP side) is asked every millisecond
+  // once a live peer's confirmation would have been here.
+  constexpr uint64_t kWatchNs = 1'000'000;
+  uint64_t now = now_ns();
+  const uint64_t deadline = now + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  uint64_t look = now + kWatchNs;
   for (;;) {
     {
       std::lock_guard<std::mutex> cq(cq_mu_);
@@ -330,7 +347,15 @@ int VerbsLink::flush(int timeout_ms) {
     if (done_.load(std::memory_order_acquire) >= target) return 0;
     if (error()) return error();
     if (peer_bye_.load(std::memory_order_acquire)) return 0;
-    if (now_ns() >= deadline) {
+    now = now_ns();
+    if (watch && now >= look) {
+      if (watch->peer_gone()) {
+        peer_bye_.store(true, std::memory_order_release);  // nothing more to post to it either
+        return -ECONNRESET;
+      }
+      look = now + kWatchNs;
+    }
+    if (now >= deadline) {
       std::lock_guard<std::mutex> cq(cq_mu_);  // before sq_mu_, as poll_completions takes them
       std::lock_guard<std::mutex> lock(sq_mu_);
       RDMASHIM_DEBUG("verbs: data up to %llu posted, up to %llu confirmed; %d send WRs outstanding, %d receives to repost",

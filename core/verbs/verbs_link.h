@@ -101,7 +101,7 @@ class VerbsLink final : public Link {
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
-  int flush(int timeout_ms) override;
+  int flush(int timeout_ms, PeerWatch* watch = nullptr) override;
   bool provider_on_our_cores() const override { return dev_.software(); }
   size_t put_room() override;
   bool maintained() const override { return true; }
@@ -207,8 +207,9 @@ class VerbsLink final : public Link {
   unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
-  // The peer said Bye: its QP is gone or going, so nothing is posted to it
-  // any more (Soft-RoCE would retry it forever) and a flush waits for nothing.
+  // The peer said Bye, or a flush's watch found it gone: its QP is gone or
+  // going, so nothing is posted to it any more (Soft-RoCE would retry it
+  // forever) and a flush waits for nothing.
   std::atomic<bool> peer_bye_{false};
   bool said_bye_ = false;  // under sq_mu_
   unsigned fork_generation_ = 0;  // g_fork_generation when made (verbs_link_setup.cc)
@@ -218,6 +219,7 @@ class VerbsLink final : public Link {
   void heartbeat_if_idle();
   uint64_t posts_ = 0;            // under sq_mu_
   uint64_t posts_at_beat_ = 0;    // the heartbeat thread's last look
+  bool beat_pending_ = false;     // the heartbeat thread's last beat, not known complete
 };
 
 }  // namespace rdmashim::verbs

@@ -11,16 +11,24 @@
 #     connection to the same server is served (echo exact) within
 #     SCALE_AGAIN_BOUND s (20): closing many verbs connections never hangs the
 #     server nor its guest.
-# env: RDMASHIM_BUILD, SCALE_N (1000), SCALE_BYTES (4096)
+#   - then a client that vanishes: a new server process, SCALE_KILL_N (100)
+#     connections from one client process, SIGKILLed once every echo came (no
+#     exit flush, no Bye): the server closes them all within
+#     SCALE_KILL_CLOSE_BOUND s (5) of the first EOF (each close used to wait
+#     2 s for the confirmation of a write to a QP that is gone), and a new
+#     client process's connection is served within SCALE_KILL_AGAIN_BOUND s
+#     (10) of the kill.
+# env: RDMASHIM_BUILD, SCALE_N (1000), SCALE_BYTES (4096), SCALE_KILL_N (100; 0: no kill step)
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 n=${SCALE_N:-1000}
 close_bound=${SCALE_CLOSE_BOUND:-20} again_bound=${SCALE_AGAIN_BOUND:-20}
+kill_n=${SCALE_KILL_N:-100} kill_close_bound=${SCALE_KILL_CLOSE_BOUND:-5} kill_again_bound=${SCALE_KILL_AGAIN_BOUND:-10}
 per_conn=$((64 * 1024 * 2 + 16 * 1024)) # rx region, staging, control slots (64 KiB rings)
 softroce_skip_unless_vm
 softroce_stage
 t0=$(date +%s)
-run_both "SCALE_N=$n SCALE_BYTES=${SCALE_BYTES:-4096} SCALE_LOG=${SCALE_LOG:-info} bash $STAGE/guest/scale_close.sh" "${SCALE_TIMEOUT:-600}"
+run_both "SCALE_N=$n SCALE_KILL_N=$kill_n SCALE_BYTES=${SCALE_BYTES:-4096} SCALE_LOG=${SCALE_LOG:-info} bash $STAGE/guest/scale_close.sh" "${SCALE_TIMEOUT:-600}"
 
 s=$(result "$out" scale.server) c=$(result "$out" scale.client)
 d=$(result "$out" scale.done) cd=$(result "$out" scale.client_done)
@@ -52,5 +60,20 @@ check "the next connection served within ${again_bound} s" \
 	"$(yes_if awk -v x="$(jf "$j" again_s)" -v ok="$(jf "$j" again_exact)" -v b="$again_bound" 'BEGIN { exit !(ok == "true" && x >= 0 && x <= b) }')" \
 	"$(jf "$j" again_s) s, exact $(jf "$j" again_exact), server on verbs $(kv "$d" verbs) of $((n + 1)), client $(kv "$cd" verbs)"
 check "the server returned" "$(yes_if test "$(kv "$d" rc)" = 0)" "rc $(kv "$d" rc); $(kv "$d" err)"
+if ((kill_n > 0)); then
+	kd=$(result "$out" scale.kill_done) kc=$(result "$out" scale.kill_client)
+	kj=$(kv "$kc" json)
+	check "vanishing client: $kill_n connections on verbs at both ends, and the next one" \
+		"$(yes_if test "$(kv "$kc" verbs)" = "$kill_n" -a "$(kv "$kd" verbs)" = $((kill_n + 1)) -a "$(kv "$kd" other)" = 0 -a "$(kv "$kc" again_verbs)" = 1)" \
+		"client $(kv "$kc" verbs), server $(kv "$kd" verbs) verbs and $(kv "$kd" other) other of $((kill_n + 1)), the next client $(kv "$kc" again_verbs)"
+	kclosed=$(kv "$kd" closed_s)
+	check "the server closed the $kill_n of the SIGKILLed client within ${kill_close_bound} s" \
+		"$(yes_if awk -v x="$kclosed" -v b="$kill_close_bound" 'BEGIN { exit !(x != "none" && x + 0 <= b) }')" \
+		"${kclosed} s from the first EOF; $(kv "$kd" progress)"
+	check "after the kill, a new client's connection served within ${kill_again_bound} s" \
+		"$(yes_if awk -v x="$(kv "$kc" again_s)" -v rc="$(kv "$kc" again_rc)" -v ok="$(jf "$kj" exact)" -v b="$kill_again_bound" 'BEGIN { exit !(rc == 0 && ok == "true" && x + 0 <= b) }')" \
+		"$(kv "$kc" again_s) s from the kill, rc $(kv "$kc" again_rc), exact $(jf "$kj" exact); $(kv "$kc" err)"
+	check "that server returned" "$(yes_if test "$(kv "$kd" rc)" = 0)" "rc $(kv "$kd" rc); $(kv "$kd" err)"
+fi
 echo "softroce.scale: $n connections, $(($(date +%s) - t0)) s in all"
 finish softroce.scale

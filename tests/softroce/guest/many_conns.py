@@ -7,7 +7,8 @@
                                          with N: touches PORTFILE.all once N
                                          have sent something (their handshakes
                                          done) and returns once all closed
-                                         (PEERS_PORT: a fixed port, else any);
+                                         (PEERS_PORT: a fixed port, else any;
+                                         a reset counts as an EOF);
                                          writes PORTFILE.closed (seconds from
                                          the first EOF to the N-th close);
                                          AGAIN=1: then serves one more
@@ -85,7 +86,10 @@ def server(portfile, n=0, again=0):
                 accepted += 1
                 live += 1
                 continue
-            b = s.recv(1 << 16)
+            try:
+                b = s.recv(1 << 16)
+            except ConnectionResetError:  # a killed client's socket with bytes unread
+                b = b""
             if not b:
                 if first_eof is None:
                     first_eof = time.monotonic()

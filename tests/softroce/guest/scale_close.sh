@@ -6,10 +6,16 @@
 # its own `rdmashim stat`; then the client closes them all at once and opens
 # one more, which the same server must serve. Guest a watches itself meanwhile
 # (load, free memory, the server's progress and what it waits in) every 5 s.
-# Prints "@ scale.server|client|watch|done k=v ..." lines.
+# Then a client that vanishes (SCALE_KILL_N, 100; 0: skipped): a new server
+# process on another port, N connections from one client process, which is
+# SIGKILLed once every echo came (no exit flush, no Bye: its QPs are simply
+# gone); the server closes all N on their EOFs and serves one more
+# connection, from a new client process, timed from the kill.
+# Prints "@ scale.server|client|watch|done|kill_done|kill_client k=v ..." lines.
 set -uo pipefail
 source "$(dirname "$(readlink -f "$0")")/common.sh"
 n=${SCALE_N:-1000} bytes=${SCALE_BYTES:-4096} role=${RDMASHIM_VM_ROLE:-a} port=18811
+kill_n=${SCALE_KILL_N:-100} kill_port=18812
 export RDMASHIM_PEERS=10.77.0.0/24 # the client's peer runs rdmashim
 export RDMASHIM_TRANSPORT=verbs RDMASHIM_RING_SIZE=64k
 ulimit -S -n 1024 # the usual soft limit: our completion channels go above it (util/fd_budget.h)
@@ -44,6 +50,13 @@ if [[ $role == a ]]; then
 	wait "$spid"
 	rc=$?
 	say "scale.done rc=$rc closed_s=$(cat srv.port.closed 2>/dev/null || echo none) verbs=$(grep -c '(server) -> verbs$' srv.log) progress=$(grep -h '^many_conns:' srv.log | oneline_in) dmesg=$(dmesg | tail -5 | oneline_in) err=$(grep -v ' info: ' srv.log | grep -v '^many_conns:' | tail -5 | oneline_in)"
+	if ((kill_n > 0)); then
+		rm -f kil.port kil.port.all kil.port.closed
+		env PEERS_HOST=10.77.0.1 PEERS_PORT=$kill_port timeout 300 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" server "$PWD/kil.port" "$kill_n" 1 \
+			2>kil.log
+		rc=$?
+		say "scale.kill_done rc=$rc closed_s=$(cat kil.port.closed 2>/dev/null || echo none) verbs=$(grep -c '(server) -> verbs$' kil.log) other=$(grep '(server) -> ' kil.log | grep -vc -- '-> verbs$') progress=$(grep -h '^many_conns:' kil.log | oneline_in) err=$(grep -v ' info: ' kil.log | grep -v '^many_conns:' | tail -5 | oneline_in)"
+	fi
 else
 	rm -f cli.mark cli.mark.go
 	t0=$(now)
@@ -57,4 +70,21 @@ else
 	wait "$cpid"
 	rc=$?
 	say "scale.client_done rc=$rc verbs=$(grep -c '(client) -> verbs$' cli.log) err=$(grep -v ' info: ' cli.log | grep -v '^many_conns: [0-9]* open' | tail -5 | oneline_in) json=$(cat cli.out 2>/dev/null)"
+	if ((kill_n > 0)); then
+		rm -f kil.mark kil.mark.go kil2.mark kil2.mark.go
+		timeout 300 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client 10.77.0.1 "$kill_port" "$kill_n" "$bytes" "$PWD/kil.mark" 600 \
+			>kil.out 2>kil.log &
+		kpid=$!
+		while kill -0 "$kpid" 2>/dev/null && [[ ! -e kil.mark ]]; do sleep 0.2; done
+		py=$(python_of client)
+		verbs=$(grep -c '(client) -> verbs$' kil.log)
+		kill -9 "$py" # vanishes: no exit flush, no Bye
+		t0=$(now)
+		wait "$kpid"
+		# The next connection, from a new process: served once the server closed the N.
+		timeout 120 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client 10.77.0.1 "$kill_port" 1 "$bytes" "$PWD/kil2.mark" 0 \
+			>kil2.out 2>kil2.log
+		rc=$?
+		say "scale.kill_client verbs=$verbs again_s=$(elapsed "$t0" "$(now)") again_rc=$rc again_verbs=$(grep -c '(client) -> verbs$' kil2.log) err=$(grep -v ' info: ' kil2.log | tail -3 | oneline_in) json=$(cat kil2.out 2>/dev/null)"
+	fi
 fi
