@@ -178,24 +178,27 @@ bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
 // reset is no news), nor in shutdown() (the RST would fail its call).
 void Connection::flush_tx(bool closing) {
   if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
-  struct Watch final : Link::PeerWatch {
+  struct Watch {
     Connection* c;
-    const bool open;  // our side sent no FIN: a hang-up (POLLHUP) is a reset
+    bool open;  // our side sent no FIN: a hang-up (POLLHUP) is a reset
     bool ping;
-    explicit Watch(Connection* conn, bool no_fin) : c(conn), open(no_fin), ping(no_fin) {}
-    bool peer_gone() override {
-      pollfd p{c->fd(), POLLRDHUP, 0};
+    static bool peer_gone(void* ctx) {
+      Watch& w = *static_cast<Watch*>(ctx);
+      pollfd p{w.c->fd(), POLLRDHUP, 0};
       sys::WaitCall how = sys::wait_call();  // the program's (select shows no hang-up or error)
       if (sys::wait_as(sys::select_like(how) ? sys::WaitCall::kPoll : how, &p, 1, 0) != 1) return false;
-      if ((p.revents & POLLERR) || (open && (p.revents & POLLHUP))) return true;
-      if (!ping || !(p.revents & POLLRDHUP)) return false;
-      ping = false;  // once: the answer takes a round trip
-      std::unique_lock<std::mutex> tx(c->tx_mu_, std::try_to_lock);  // frames stay whole on the TCP side
+      if ((p.revents & POLLERR) || (w.open && (p.revents & POLLHUP))) return true;
+      if (!w.ping || !(p.revents & POLLRDHUP)) return false;
+      w.ping = false;  // once: the answer takes a round trip
+      std::unique_lock<std::mutex> tx(w.c->tx_mu_, std::try_to_lock);  // frames stay whole on the TCP side
       if (!tx.owns_lock()) return false;
-      int r = c->send_control(wire::FrameType::kPing, nullptr, 0);
+      int r = w.c->send_control(wire::FrameType::kPing, nullptr, 0);
       return r == -EPIPE || r == -ECONNRESET;
     }
-  } watch(this, !tx_shut_.load(std::memory_order_relaxed));
+  };
+  const bool no_fin = !tx_shut_.load(std::memory_order_relaxed);
+  Watch state{this, no_fin, no_fin};
+  Link::PeerWatch watch{&Watch::peer_gone, &state};
   int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms), closing ? &watch : nullptr);
   if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
 }

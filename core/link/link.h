@@ -62,12 +62,13 @@ class Link {
 
   // Asked now and then by a flush that waits: true once the peer is known
   // gone (its socket reset), so nothing can confirm our writes any more.
-  class PeerWatch {
-   public:
-    virtual bool peer_gone() = 0;
-
-   protected:
-    ~PeerWatch() = default;
+  // A plain callback, not a class with a vtable: a close may run inside a
+  // seccomp sandbox, where a polymorphic type seen for the first time makes
+  // UBSan's vptr check call pipe2 (killed by the filter: sandboxed_stream).
+  struct PeerWatch {
+    bool (*peer_gone)(void* ctx);
+    void* ctx;
+    bool gone() const { return peer_gone(ctx); }
   };
   // Waits, at most timeout_ms, until everything published so far is in the
   // peer's memory. Before our TCP side closes (the peer takes its FIN as the

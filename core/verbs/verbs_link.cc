@@ -349,7 +349,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
     if (peer_bye_.load(std::memory_order_acquire)) return 0;
     now = now_ns();
     if (watch && now >= look) {
-      if (watch->peer_gone()) {
+      if (watch->gone()) {
         peer_bye_.store(true, std::memory_order_release);  // nothing more to post to it either
         return -ECONNRESET;
       }
