@@ -222,15 +222,20 @@ TEST(Spin, PreemptionBacksOffAndIdleResets) {
 TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
   std::thread([] {
     spin_clock_for_test(0);
-    {
+    // The longest of a few spins (a busy machine may preempt one, which
+    // rightly ends it early) lasts the budget, and not much more.
+    uint64_t longest = 0;
+    for (int i = 0; i < 5; ++i) {
+      usleep(10'000);  // back to a fresh thread's state
       Spinner s;
       ASSERT_TRUE(s.spinning());
       uint64_t t0 = now_ns();
       while (s.keep_going()) cpu_relax();
       EXPECT_LT(now_ns() - t0, uint64_t{500'000'000}) << "the budget ends the spin";
-      EXPECT_GE(now_ns() - t0, uint64_t{config().spin_us} * 1000 * 9 / 10) << "the whole budget is spun";
+      longest = std::max(longest, now_ns() - t0);
     }
-    usleep(10'000);  // back to a fresh thread's state
+    EXPECT_GE(longest, uint64_t{config().spin_us} * 1000 * 9 / 10) << "the whole budget is spun";
+    usleep(10'000);
     {
       Spinner s(now_ns() - 1);
       EXPECT_FALSE(s.spinning()) << "a deadline already passed: no spin";
