@@ -123,6 +123,8 @@ class Connection {
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they
   // count the calls that found EAGAIN: readiness after one is a new edge (the
   // kernel's own edge is consumed under our tag, shared by the whole set).
+  // A value on the ring carries a marker bit, so moving between TCP and the
+  // ring never leaves the two counters equal by chance.
   uint64_t rx_progress() const;
   uint64_t tx_progress() const;
   // FIONREAD / SIOCOUTQ on the ring; -1 when the kernel's answer stands.

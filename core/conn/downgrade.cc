@@ -156,7 +156,7 @@ bool Connection::finish_rx_downgrade() {
   rx_ = Rx::kRaw;
   if (tail != rx_down_pos_) broken("ring written past its downgrade");
   // A new edge for edge-triggered epoll (rx progress was the ring's tail).
-  rx_again_.store((tail + 1) & ~(uint64_t{1} << 63), std::memory_order_relaxed);
+  rx_again_.store((tail + 1) & ~(uint64_t{3} << 62), std::memory_order_relaxed);
   rx_ring_.store(false, std::memory_order_release);
   release_rx_for_good();  // the peer writes our ring no more
   left_ring(kLeftRx);

@@ -262,9 +262,14 @@ unsigned Connection::arm(short events) {
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
 
+// Bit 62 marks "on the ring": the ring's tail and the TCP side's count of
+// EAGAINs are different counters, and the same number in both would hide
+// the first bytes on the ring from an edge-triggered waiter that last looked
+// on TCP (a reply framed over TCP, then one byte on the ring: a hang).
 uint64_t Connection::rx_progress() const {
   if (!rx_ring_.load(std::memory_order_acquire)) return rx_again_.load(std::memory_order_relaxed);
-  return ring_->link().peer_tail() + (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
+  return ring_->link().peer_tail() + (uint64_t{1} << 62) +
+         (rx_end_.load(std::memory_order_relaxed) ? (uint64_t{1} << 63) : 0);
 }
 
 // Bit 63 marks "on the ring", so a caller can tell the switch itself from

@@ -16,14 +16,11 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include "loopback_pair.h"
+
 int main(void) {
-  int l = socket(AF_INET, SOCK_STREAM, 0);
-  struct sockaddr_in a = {.sin_family = AF_INET, .sin_addr.s_addr = htonl(INADDR_LOOPBACK)};
-  socklen_t len = sizeof a;
-  if (bind(l, (struct sockaddr*)&a, sizeof a) != 0 || listen(l, 4) != 0) return perror("listen"), 2;
-  getsockname(l, (struct sockaddr*)&a, &len);
-  int c = socket(AF_INET, SOCK_STREAM, 0);
-  if (connect(c, (struct sockaddr*)&a, sizeof a) != 0) return perror("connect"), 2;
+  int l, c;
+  if (loopback_pair(&l, &c) != 0) return perror("listen/connect"), 2;
   int s = accept(l, NULL, NULL);
   fcntl(s, F_SETFL, fcntl(s, F_GETFL) | O_NONBLOCK);
   int ep = epoll_create1(EPOLL_CLOEXEC);
