@@ -75,6 +75,10 @@ epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
   return k;
 }
 
+// How soon a sleeping set looks again at a connection whose control frame
+// another thread held (Connection::control_unsettled): rare and brief.
+constexpr uint64_t kUnsettledLookNs = 1'000'000;
+
 // The kernel forbids nesting deeper than this (EP_MAX_NESTS).
 constexpr int kMaxDepth = 5;
 
@@ -491,6 +495,9 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
     Connection& c = *r->entry->conn;
     wake = earliest(wake, c.prefix_deadline());
     if (!c.on_ring()) continue;
+    // A FIN or frame a look left unread (another thread held the lock): its
+    // kernel edge is spent, so read it now, or look again in a millisecond.
+    if (!c.settle_control()) wake = earliest(wake, now_ns() + kUnsettledLookNs);
     if (!r->doorbell_added) {
       epoll_event k{};
       k.events = EPOLLIN | EPOLLET;

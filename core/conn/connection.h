@@ -183,6 +183,13 @@ class Connection {
   // at which its bytes become the application's; 0 when none. A waiter must
   // not sleep past it (poll_events reports POLLIN once it passed).
   uint64_t prefix_deadline() const { return prefix_deadline_ns_.load(std::memory_order_relaxed); }
+  // A look at readiness on the ring found the TCP side readable (a FIN, a
+  // control frame) while another thread held the receive lock, so it left
+  // it unread. An edge-triggered waiter has spent the kernel's edge for it:
+  // before sleeping it calls settle_control(), which reads it now, or says
+  // it is still held elsewhere (then the waiter must look again soon).
+  bool control_unsettled() const { return control_unsettled_.load(std::memory_order_relaxed); }
+  bool settle_control();
 
   // Elastic rings give their pages back when idle, never on the hot path:
   // a write that leaves more than 64 KiB touched lists its connection, and
@@ -446,6 +453,7 @@ class Connection {
   // the kernel wakes nobody until more bytes (or FIN) arrive; lowat_mu_ guards
   // raising, restoring and the application's own setsockopt meanwhile.
   std::atomic<uint64_t> prefix_deadline_ns_{0};
+  std::atomic<bool> control_unsettled_{false};  // see control_unsettled()
   std::mutex lowat_mu_;
   std::atomic<int> app_lowat_{-1};         // the application's SO_RCVLOWAT while raised; -1: not raised
   int raised_lowat_ = 0;                   // lowat_mu_: what the kernel has

@@ -287,6 +287,7 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
     }
     if (nonblocking(flags)) {
       if (poll_control()) continue;
+      RDMASHIM_SCHED_POINT(kReadEmpty);  // still holding the receive lock: a look at readiness must not lose a FIN
       return -EAGAIN;
     }
     if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);

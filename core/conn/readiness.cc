@@ -163,6 +163,7 @@ short Connection::poll_events(short want, short kernel) {
     // readable for the application only if it ended (FIN, RST, Close), or
     // after a Downgrade once the ring is read up to its end.
     std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+    control_unsettled_.store(!rx.owns_lock(), std::memory_order_relaxed);
     if (rx.owns_lock()) {
       poll_control();
       if (rx_leaving_.load(std::memory_order_relaxed) && finish_rx_downgrade()) {
@@ -190,6 +191,19 @@ short Connection::poll_events(short want, short kernel) {
     ev |= POLLOUT | POLLWRNORM;  // after SHUT_WR the kernel too says writable (the write fails)
   }
   return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
+}
+
+// Only while on the ring. False while another thread still holds the
+// receive lock with the TCP side readable; true once nothing is left unread.
+bool Connection::settle_control() {
+  if (!control_unsettled()) return true;
+  // Cleared first: read meanwhile, or the end already seen (a FIN stays
+  // readable), it needs nothing more, and a new frame is a new kernel edge.
+  control_unsettled_.store(false, std::memory_order_relaxed);
+  pollfd p{fd(), POLLIN, 0};
+  if (sys::wait(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) return true;
+  poll_events(POLLIN, p.revents);  // flags it again if the lock is still held
+  return !control_unsettled();
 }
 
 // Before the ring, the bytes that make the TCP socket readable may all be

@@ -29,7 +29,7 @@ const char* point_name(Point p) {
       "switch-received",      "plain-received",         "ring-wrap-write",    "ring-wrap-read",
       "ring-publish-tail",    "ring-publish-head",      "ring-grow",          "ring-shrink",
       "readiness-consume",    "wait-armed",             "shutdown-fin",
-      "close-drain",          "close-real",             "downgrade-send",     "downgrade-received"};
+      "close-drain",          "close-real",             "downgrade-send",     "downgrade-received", "read-empty"};
   return p < kPointCount ? kNames[p] : "?";
 }
 
@@ -59,7 +59,7 @@ void perturb(Point p) {
   uint64_t r = t_rng;
   // The ring and wait points run once per call: perturbed one time in
   // eight, or a long stream of small writes would take seconds.
-  bool per_call = p >= kRingWrapWrite && p <= kWaitArmed;
+  bool per_call = (p >= kRingWrapWrite && p <= kWaitArmed) || p == kReadEmpty;
   if (per_call && ((r >> 40) & 7) != 0) return;
   switch (r & 3) {
     case 0:

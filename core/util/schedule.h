@@ -50,6 +50,8 @@ enum Point : uint8_t {
   // Leaving a ring (core/conn/downgrade.cc).
   kDowngradeSend,      // our ring writes done, the Downgrade frame not sent
   kDowngradeReceived,  // the peer's Downgrade read; our rx not yet off the ring
+  // Reading (core/conn/data_path.cc); last, so the older points keep their values.
+  kReadEmpty,  // a non-blocking read found the ring and the TCP side empty, EAGAIN not yet returned
   kPointCount
 };
 
