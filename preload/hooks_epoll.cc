@@ -75,10 +75,6 @@ epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
   return k;
 }
 
-// How soon a sleeping set looks again at a connection whose control frame
-// another thread held (Connection::control_unsettled): rare and brief.
-constexpr uint64_t kUnsettledLookNs = 1'000'000;
-
 // The kernel forbids nesting deeper than this (EP_MAX_NESTS).
 constexpr int kMaxDepth = 5;
 
@@ -494,19 +490,21 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
     }
     Connection& c = *r->entry->conn;
     wake = earliest(wake, c.prefix_deadline());
-    if (!c.on_ring()) continue;
-    // A FIN or frame a look left unread (another thread held the lock): its
-    // kernel edge is spent, so read it now, or look again in a millisecond.
-    if (!c.settle_control()) wake = earliest(wake, now_ns() + kUnsettledLookNs);
-    if (!r->doorbell_added) {
-      epoll_event k{};
-      k.events = EPOLLIN | EPOLLET;
-      k.data.u64 = set.tag();
-      int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
-      r->doorbell_added = rc == 0 || errno == EEXIST;
+    if (c.on_ring()) {
+      if (!r->doorbell_added) {
+        epoll_event k{};
+        k.events = EPOLLIN | EPOLLET;
+        k.data.u64 = set.tag();
+        int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
+        r->doorbell_added = rc == 0 || errno == EEXIST;
+      }
+      unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
+      armed.push_back({share(r->entry.get()), what, -1});
     }
-    unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
-    armed.push_back({share(r->entry.get()), what, -1});
+    // What another thread holds or left unread has spent its kernel edge: a
+    // FIN or frame a look could not read (read it now), or a read taking a
+    // Switch in. Look again in a millisecond rather than sleep past it.
+    if (!c.settle_control() || c.setup_read_elsewhere()) wake = look_again_soon(wake);
   }
   // Checked after arming: a change from now on rings a doorbell.
   for (auto& r : set.regs)

@@ -137,10 +137,16 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       k[nfds + j] = {-1, POLLIN, 0};
       if (v->epoll) {
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
-      } else if (wake = earliest(wake, v->conn->prefix_deadline()); v->conn->on_ring()) {
-        unsigned what = v->conn->arm(fds[vidx[j]].events);
-        armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});
-        k[nfds + j].fd = v->conn->doorbell();
+      } else {
+        wake = earliest(wake, v->conn->prefix_deadline());
+        if (v->conn->on_ring()) {
+          unsigned what = v->conn->arm(fds[vidx[j]].events);
+          armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});
+          k[nfds + j].fd = v->conn->doorbell();
+        }
+        // After arming: a read in another thread taking a Switch in has
+        // spent the kernel's edge, and maybe the doorbell's (look again soon).
+        if (v->conn->setup_read_elsewhere()) wake = look_again_soon(wake);
       }
     }
     // A client still connecting, whatever the program asked of it: its

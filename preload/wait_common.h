@@ -31,6 +31,12 @@ inline int64_t earliest(int64_t dl, uint64_t prefix) {
   return dl == kForever || static_cast<int64_t>(prefix) < dl ? static_cast<int64_t>(prefix) : dl;
 }
 
+// How soon a sleeper looks again at a connection whose bytes another thread
+// holds or left unread (Connection::settle_control, setup_read_elsewhere):
+// their kernel edge is spent. Rare and brief.
+constexpr uint64_t kUnsettledLookNs = 1'000'000;
+inline int64_t look_again_soon(int64_t dl) { return earliest(dl, now_ns() + kUnsettledLookNs); }
+
 // About to sleep: idle elastic rings of this process give pages back
 // (Connection::release_idle_memory). Returns the deadline to sleep until:
 // dl, or earlier when a rate-limited release falls due before it.

@@ -183,13 +183,20 @@ class Connection {
   // at which its bytes become the application's; 0 when none. A waiter must
   // not sleep past it (poll_events reports POLLIN once it passed).
   uint64_t prefix_deadline() const { return prefix_deadline_ns_.load(std::memory_order_relaxed); }
-  // A look at readiness on the ring found the TCP side readable (a FIN, a
-  // control frame) while another thread held the receive lock, so it left
-  // it unread. An edge-triggered waiter has spent the kernel's edge for it:
-  // before sleeping it calls settle_control(), which reads it now, or says
-  // it is still held elsewhere (then the waiter must look again soon).
+  // A look at readiness found the TCP side readable (a FIN, a control
+  // frame; before the ring a Hello, an Ack, a frame or a Switch) while
+  // another thread held the locks, so it left it unread. An edge-triggered
+  // waiter has spent the kernel's edge for it: before sleeping it calls
+  // settle_control(), which reads it now, or says it is still held
+  // elsewhere (then the waiter must look again soon).
   bool control_unsettled() const { return control_unsettled_.load(std::memory_order_relaxed); }
   bool settle_control();
+  // Before the ring, another thread's read holds the receive lock: it may
+  // have taken a Switch (or an Ack) off the socket, which spends the
+  // kernel's edge, while the ring's first bytes were published before the
+  // waiter armed (so no doorbell rings for them). Asked after arming: a
+  // waiter that hears true must look again soon instead of sleeping on.
+  bool setup_read_elsewhere();
 
   // Elastic rings give their pages back when idle, never on the hot path:
   // a write that leaves more than 64 KiB touched lists its connection, and

@@ -84,6 +84,7 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
         r = read_frame(flags);
         if (r == 0) return 0;  // EOF at a frame boundary
         if (r > 0) r = 0;
+        if (r == -EAGAIN) RDMASHIM_SCHED_POINT(kReadEmpty);  // as on the ring (recv_ring)
         break;
       case Rx::kRing:
         return recv_ring(iov, iovcnt, flags);

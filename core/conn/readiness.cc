@@ -193,8 +193,9 @@ short Connection::poll_events(short want, short kernel) {
   return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
 }
 
-// Only while on the ring. False while another thread still holds the
-// receive lock with the TCP side readable; true once nothing is left unread.
+// False while the TCP side is readable and what is there may still need a
+// look: the lock is still held, or (before the ring, where readiness is the
+// kernel's word) a look must ask the kernel again; true once nothing is left.
 bool Connection::settle_control() {
   if (!control_unsettled()) return true;
   // Cleared first: read meanwhile, or the end already seen (a FIN stays
@@ -202,8 +203,15 @@ bool Connection::settle_control() {
   control_unsettled_.store(false, std::memory_order_relaxed);
   pollfd p{fd(), POLLIN, 0};
   if (sys::wait(&p, 1, 0) <= 0 || !(p.revents & (POLLIN | POLLRDHUP | POLLHUP | POLLERR))) return true;
+  if (!rx_ring_.load(std::memory_order_acquire)) return false;
   poll_events(POLLIN, p.revents);  // flags it again if the lock is still held
   return !control_unsettled();
+}
+
+bool Connection::setup_read_elsewhere() {
+  if (passthrough() || rx_ring_.load(std::memory_order_acquire)) return false;
+  std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
+  return !rx.owns_lock();  // once free, the switch is done and rx_ring_ says so
 }
 
 // Before the ring, the bytes that make the TCP socket readable may all be
@@ -214,9 +222,9 @@ bool Connection::settle_control() {
 short Connection::consume_setup_bytes(short kernel) {
   RDMASHIM_SCHED_POINT(kReadinessConsume);
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
-  if (!rx.owns_lock()) return kernel;
-  std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);
-  if (!tx.owns_lock()) return kernel;
+  std::unique_lock<std::mutex> tx(tx_mu_, std::defer_lock);
+  control_unsettled_.store(!rx.owns_lock() || !tx.try_lock(), std::memory_order_relaxed);
+  if (control_unsettled()) return kernel;
   tx_held_ = true;
   bool consumed = false, readable = true;
   for (int turn = 0; turn < 16; ++turn) {
