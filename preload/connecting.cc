@@ -36,14 +36,46 @@ bool settle_connecting(int fd) {
   return !connecting_client(fd);
 }
 
-void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet) {
-  if (g_connecting_clients.load(std::memory_order_relaxed) <= 0) return;  // none anywhere: no lookups
+namespace {
+
+// The kernel forbids nesting deeper than this (EP_MAX_NESTS).
+constexpr int kMaxDepth = 5;
+
+void collect_connecting(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet, int depth) {
   std::lock_guard<std::mutex> lock(set.mu);
   for (const NativeReg& n : set.natives) {
-    if (connecting_client(n.fd) && std::find(quiet.begin(), quiet.end(), n.fd) == quiet.end()) {
+    bool seen = std::any_of(watch.begin(), watch.end(), [&](const pollfd& w) { return w.fd == n.fd; });
+    if (!seen && connecting_client(n.fd) && std::find(quiet.begin(), quiet.end(), n.fd) == quiet.end()) {
       watch.push_back({n.fd, POLLOUT, 0});
     }
   }
+  // A set registered in this one wakes it: its clients count as ours.
+  for (auto& r : set.regs) {
+    if (EpollSet* in = r->inner(); in && depth < kMaxDepth) collect_connecting(*in, watch, quiet, depth + 1);
+  }
+}
+
+}  // namespace
+
+void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet) {
+  if (g_connecting_clients.load(std::memory_order_relaxed) <= 0) return;  // none anywhere: no lookups
+  collect_connecting(set, watch, quiet, 1);
+}
+
+void connecting_in_set(int fd, std::vector<pollfd>& watch, const std::vector<int>& quiet) {
+  if (g_connecting_clients.load(std::memory_order_relaxed) <= 0 || fd < 0) return;
+  Ref e = table().get(fd);
+  if (e && e->kind.load(std::memory_order_relaxed) == Entry::Kind::kEpoll && e->epoll) {
+    connecting_natives(*e->epoll, watch, quiet);
+  }
+}
+
+bool watches_connect(int fd) {
+  if (g_connecting_clients.load(std::memory_order_relaxed) <= 0) return false;
+  if (connecting_client(fd)) return true;
+  std::vector<pollfd> held;
+  connecting_in_set(fd, held, {});
+  return !held.empty();
 }
 
 int sleep_with_connects(int epfd, std::vector<pollfd>& watch, int64_t dl, const sigset_t* mask,

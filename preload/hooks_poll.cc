@@ -43,6 +43,11 @@ Ref managed_stream(int fd) {
   return active_stream(fd);
 }
 
+bool is_epoll_set(int fd) {
+  Ref e = table().get(fd);
+  return e && e->kind.load() == Entry::Kind::kEpoll && e->epoll;
+}
+
 short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
 short virtual_events(const Ref& v, short want, short kernel) {
   return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
@@ -51,14 +56,19 @@ short virtual_events(const Ref& v, short want, short kernel) {
 // The program may wait on as many descriptors as RLIMIT_NOFILE allows (the
 // kernel's EINVAL beyond): OpenSSH's sandbox allows one. Then each ring's
 // doorbell stands in for its socket, a slice at a time; the caller's loop
-// looks at the sockets themselves (without waiting) in between. What the
-// doorbells reported goes back to their slots in k (to be drained).
-int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx, nfds_t nfds, int64_t dl,
-                        const sigset_t* mask, sys::WaitCall how) {
+// looks at the sockets themselves (without waiting) in between. A client
+// still connecting is watched in its own slot (POLLOUT added); the clients
+// an epoll set holds have no slot and are settled after each slice. What
+// the doorbells and connects reported goes back to their slots in k.
+int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx,
+                        const std::vector<nfds_t>& connecting, nfds_t nfds, int64_t dl, const sigset_t* mask,
+                        sys::WaitCall how) {
   std::vector<pollfd> one(k.begin(), k.begin() + static_cast<long>(nfds));
   for (size_t j = 0; j < vidx.size(); ++j) {
     if (k[nfds + j].fd >= 0) one[vidx[j]] = {k[nfds + j].fd, POLLIN, 0};
   }
+  size_t base = nfds + vidx.size();
+  for (nfds_t i : connecting) one[i].events |= POLLOUT;
   constexpr int kSliceMs = 200;
   int left = ms_left(dl);
   int slice = left < 0 || left > kSliceMs ? kSliceMs : left;
@@ -66,6 +76,12 @@ int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx,
   for (size_t j = 0; r > 0 && j < vidx.size(); ++j) {
     if (k[nfds + j].fd >= 0) k[nfds + j].revents = one[vidx[j]].revents;
   }
+  for (size_t j = 0; r > 0 && j < connecting.size(); ++j) {
+    k[base + j].revents = static_cast<short>(one[connecting[j]].revents & (POLLOUT | POLLERR | POLLHUP));
+  }
+  int saved = errno;
+  for (size_t j = base + connecting.size(); r >= 0 && j < k.size(); ++j) (void)settle_connecting(k[j].fd);
+  errno = saved;
   return r;
 }
 
@@ -74,7 +90,7 @@ int sleep_within_nofile(std::vector<pollfd>& k, const std::vector<nfds_t>& vidx,
 // streams in the handshake are virtual from now on (an Ack must not wake the
 // program). One still connecting although its slot fired is watched no more.
 void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std::vector<Ref>& virt,
-                     std::vector<nfds_t>& vidx, std::vector<nfds_t>& connecting) {
+                     std::vector<nfds_t>& vidx, std::vector<nfds_t>& connecting, std::vector<int>& quiet) {
   size_t base = nfds + vidx.size();
   std::vector<nfds_t> still;
   for (size_t j = 0; j < connecting.size(); ++j) {
@@ -85,6 +101,10 @@ void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std
       vidx.push_back(i);
     }
   }
+  // The clients of epoll sets among fds: their sets take them in.
+  for (size_t j = base + connecting.size(); j < k.size(); ++j) {
+    if (k[j].revents && !settle_connecting(k[j].fd)) quiet.push_back(k[j].fd);
+  }
   connecting.swap(still);
 }
 
@@ -94,9 +114,12 @@ void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std
 int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::WaitCall how) {
   std::vector<Ref> virt(nfds);
   std::vector<nfds_t> vidx, connecting;  // clients still connecting: watched for writability too
+  std::vector<nfds_t> sets;              // epoll sets of ours: the clients they hold, too
+  std::vector<int> quiet;                // such clients still connecting after their slot fired
   for (nfds_t i = 0; i < nfds; ++i) {
     if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
     else if (connecting_client(fds[i].fd)) connecting.push_back(i);
+    if (g_connecting_clients.load(std::memory_order_relaxed) > 0 && is_epoll_set(fds[i].fd)) sets.push_back(i);
   }
   std::vector<pollfd> k;
   const auto& sys = real();
@@ -152,6 +175,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     // A client still connecting, whatever the program asked of it: its
     // connect completing wakes us, to send the Hello (connecting.cc).
     for (size_t j = 0; j < connecting.size(); ++j) k[nfds + vidx.size() + j] = {fds[connecting[j]].fd, POLLOUT, 0};
+    for (nfds_t i : sets) connecting_in_set(fds[i].fd, k, quiet);  // appended: slots past nfds only
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     // A direction that left its ring meanwhile (a Downgrade read above) is the
     // kernel's again: what we ask of the kernel changed, so look again first.
@@ -166,7 +190,9 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
         r = sys::wait_as(how, k.data(), k.size(), ms_left(sleep_dl), mask);
       }
       err = errno;
-      if (r < 0 && err == EINVAL && k.size() > nfds) r = sleep_within_nofile(k, vidx, nfds, sleep_dl, mask, how), err = errno;
+      if (r < 0 && err == EINVAL && k.size() > nfds) {
+        r = sleep_within_nofile(k, vidx, connecting, nfds, sleep_dl, mask, how), err = errno;
+      }
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
     if (spin && ring_ready()) spin->found();
@@ -174,13 +200,13 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       errno = err;
       return -1;  // EINTR included: poll is never restarted
     }
-    if (r > 0 && !connecting.empty()) settle_connects(fds, k, nfds, virt, vidx, connecting);
+    if (r > 0 && k.size() > nfds + vidx.size()) settle_connects(fds, k, nfds, virt, vidx, connecting, quiet);
   }
 }
 
 bool any_managed_stream(const pollfd* fds, nfds_t nfds) {
   for (nfds_t i = 0; i < nfds; ++i)
-    if (managed_stream(fds[i].fd) || connecting_client(fds[i].fd)) return true;
+    if (managed_stream(fds[i].fd) || watches_connect(fds[i].fd)) return true;
   return false;
 }
 
@@ -219,7 +245,7 @@ bool select_has_managed_stream(int nfds, const fd_set* r, const fd_set* w, const
   if (nfds < 0 || nfds > FD_SETSIZE) return false;
   for (int fd = 0; fd < nfds; ++fd) {
     if ((r && FD_ISSET(fd, r)) || (w && FD_ISSET(fd, w)) || (e && FD_ISSET(fd, e))) {
-      if (managed_stream(fd) || connecting_client(fd)) return true;
+      if (managed_stream(fd) || watches_connect(fd)) return true;
     }
   }
   return false;

@@ -55,9 +55,15 @@ bool connecting_client(int fd);
 // After its connect was reported done: the Hello goes out (or a failed
 // connect's announcement is withdrawn). False if it still looks connecting.
 bool settle_connecting(int fd);
-// The connecting clients among an epoll set's native registrations (not in
-// `quiet`), appended to `watch` as {fd, POLLOUT}.
+// The connecting clients among an epoll set's native registrations, and
+// those of the sets registered in it (not in `quiet`, not in `watch`
+// already), appended to `watch` as {fd, POLLOUT}.
 void connecting_natives(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet);
+// The same for fd if it is an epoll set of ours (poll/select on a set).
+void connecting_in_set(int fd, std::vector<pollfd>& watch, const std::vector<int>& quiet);
+// fd is a connecting client, or an epoll set holding one: a wait on it must
+// watch the connect.
+bool watches_connect(int fd);
 // Sleeps on the epoll set epfd (readable) and `watch` until one is ready, a
 // signal or dl (poll, or ppoll with `mask`); settles the connects that
 // completed (adding to `quiet` any that still look connecting). 0, or -1

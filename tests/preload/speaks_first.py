@@ -17,8 +17,10 @@ from connect() to the greeting's first byte (microseconds).
 connection non-blocking, its connect slowed by a dropped SYN, and while it is
 still connecting the client waits for the greeting only (readable, never
 writable) with CALL: poll, ppoll, select, pselect, epoll (epoll_wait),
-epoll_pwait2, as SMTP, MySQL or SSH clients do (see waiting_pair)."""
-import argparse, ctypes, hashlib, json, os, select, socket, statistics, sys, time
+epoll_pwait2, as SMTP, MySQL or SSH clients do (see waiting_pair); or
+epoll-nested (a set in the set waited on), poll-epoll (poll on the set),
+poll-nofile (poll with RLIMIT_NOFILE at 1)."""
+import argparse, ctypes, hashlib, json, os, resource, select, socket, statistics, sys, time
 
 GREETING = b"220 speaks-first ready\r\n"
 
@@ -134,6 +136,33 @@ def wait_readable(s, call, timeout_s):
             return n > 0
         finally:
             ep.close()
+    if call == "epoll-nested":  # the client in a set, that set in the one waited on
+        inner, outer = select.epoll(), select.epoll()
+        try:
+            inner.register(fd, select.EPOLLIN)
+            outer.register(inner.fileno(), select.EPOLLIN)
+            return bool(outer.poll(timeout_s))
+        finally:
+            outer.close()
+            inner.close()
+    if call == "poll-epoll":  # the client in an epoll set, the set waited on with poll
+        ep = select.epoll()
+        try:
+            ep.register(fd, select.EPOLLIN)
+            p = select.poll()
+            p.register(ep.fileno(), select.POLLIN)
+            return bool(p.poll(timeout_s * 1000))
+        finally:
+            ep.close()
+    if call == "poll-nofile":  # RLIMIT_NOFILE at 1 while it waits, as OpenSSH's sandbox sets
+        soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1, hard))
+        try:
+            p = select.poll()
+            p.register(fd, select.POLLIN)
+            return bool(p.poll(timeout_s * 1000))
+        finally:
+            resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
     raise SystemExit("unknown --wait-in " + call)
 
 
@@ -250,7 +279,8 @@ p.add_argument("--count", type=int, default=100)
 p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
 p.add_argument("--mixed-connected", action="store_true",
                help="with --mixed: wait until the connect completed (writable) before the 3 ms")
-p.add_argument("--wait-in", choices=["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait2"],
+p.add_argument("--wait-in", choices=["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait2", "epoll-nested",
+                                    "poll-epoll", "poll-nofile"],
                help="non-blocking connects, waiting for the greeting (readable only) with this call")
 a = p.parse_args()
 sys.exit(server(a) if a.mode == "server" else client(a))
