@@ -59,7 +59,7 @@ struct Proc {
   std::vector<Conn> conns;
   uint64_t unlisted = 0;
   uint64_t verbs_registered = 0, verbs_pooled = 0;  // bytes
-  uint64_t verbs_qps = 0, verbs_cqs = 0, verbs_mrs = 0;
+  uint64_t verbs_qps = 0, verbs_cqs = 0, verbs_mrs = 0, verbs_beats = 0;
 };
 
 std::string address(const sockaddr_in6& a) {
@@ -129,6 +129,7 @@ bool read_page(int fd, int pid, Proc* out) {
       out->verbs_qps = page->verbs_qps.load(std::memory_order_relaxed);
       out->verbs_cqs = page->verbs_cqs.load(std::memory_order_relaxed);
       out->verbs_mrs = page->verbs_mrs.load(std::memory_order_relaxed);
+      out->verbs_beats = page->verbs_beats.load(std::memory_order_relaxed);
       uint32_t n = page->slots < stats::kSlots ? page->slots : stats::kSlots;
       for (uint32_t i = 0; i < n; ++i) {
         Conn c;
@@ -322,11 +323,11 @@ void print_json(const std::vector<Proc>& procs) {
              static_cast<unsigned long long>(pr.counts[i]));
     }
     printf("},\"page_version\":%u,\"not_listed\":%llu,\"verbs_registered\":%llu,\"verbs_pooled\":%llu,"
-           "\"verbs_qps\":%llu,\"verbs_cqs\":%llu,\"verbs_mrs\":%llu,\"live\":[",
+           "\"verbs_qps\":%llu,\"verbs_cqs\":%llu,\"verbs_mrs\":%llu,\"verbs_beats\":%llu,\"live\":[",
            pr.version, static_cast<unsigned long long>(pr.unlisted),
            static_cast<unsigned long long>(pr.verbs_registered), static_cast<unsigned long long>(pr.verbs_pooled),
            static_cast<unsigned long long>(pr.verbs_qps), static_cast<unsigned long long>(pr.verbs_cqs),
-           static_cast<unsigned long long>(pr.verbs_mrs));
+           static_cast<unsigned long long>(pr.verbs_mrs), static_cast<unsigned long long>(pr.verbs_beats));
     for (size_t i = 0; i < pr.conns.size(); ++i) {
       const Conn& c = pr.conns[i];
       bool known = strcmp(c.fill, "unknown") != 0;
@@ -379,10 +380,10 @@ void print_text(const std::vector<Proc>& procs) {
   for (auto& p : procs) {
     if (p.verbs_registered || p.verbs_qps || p.verbs_cqs || p.verbs_mrs) {
       printf("%-8d registered with the RDMA device (pinned): %s, of which %s pooled for reuse; %llu queue pairs, "
-             "%llu completion queues, %llu memory regions\n",
+             "%llu completion queues, %llu memory regions; %llu idle heartbeats posted\n",
              p.pid, human(p.verbs_registered).c_str(), human(p.verbs_pooled).c_str(),
              static_cast<unsigned long long>(p.verbs_qps), static_cast<unsigned long long>(p.verbs_cqs),
-             static_cast<unsigned long long>(p.verbs_mrs));
+             static_cast<unsigned long long>(p.verbs_mrs), static_cast<unsigned long long>(p.verbs_beats));
     }
   }
   printf("\n%-8s %-5s %-6s %-22s %-22s %-22s %8s %8s %8s %8s %7s %7s %7s\n", "PID", "FD", "ROLE", "LOCAL", "PEER",

@@ -59,6 +59,7 @@ void load() {
   }
   read_number("RDMASHIM_VERBS_POOL", &c.verbs_pool_bytes, 0, uint64_t{1} << 30);
   read_number("RDMASHIM_VERBS_MEM", &c.verbs_mem_bytes, 0, uint64_t{1} << 50);
+  read_number("RDMASHIM_HEARTBEAT_S", &c.heartbeat_s, 1, 86400);
   if (const char* t = getenv("RDMASHIM_FORKGEN"); t && *t) {
     uint64_t v = 0;
     if (parse_size(t, &v) && v < 64) c.fork_generation = static_cast<int>(v);

@@ -37,6 +37,9 @@ struct Config {
   // and live ones stop growing their rings. 0: a quarter of the RAM, at
   // most RLIMIT_MEMLOCK where it applies (verbs/limits.h).
   uint64_t verbs_mem_bytes = 0;
+  // RDMASHIM_HEARTBEAT_S: an idle verbs link re-sends its last credit this
+  // often (some providers degrade QPs idle for tens of minutes).
+  uint32_t heartbeat_s = 60;
   int log_level = 1;                                   // RDMASHIM_LOG: 0 off .. 3 debug
   int fork_generation = -1;                            // RDMASHIM_FORKGEN (-1: any)
   // RDMASHIM_SHORT_CONN_MS: a client whose recent connections to a

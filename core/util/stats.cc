@@ -30,6 +30,7 @@ void store_verbs(Page* p, const VerbsResources& r) {
   p->verbs_qps.store(static_cast<uint64_t>(r.qps), std::memory_order_relaxed);
   p->verbs_cqs.store(static_cast<uint64_t>(r.cqs), std::memory_order_relaxed);
   p->verbs_mrs.store(static_cast<uint64_t>(r.mrs), std::memory_order_relaxed);
+  p->verbs_beats.store(static_cast<uint64_t>(r.beats), std::memory_order_relaxed);
 }
 int g_fd = -1;
 std::mutex g_mu;  // page creation, and taking or giving back a row
@@ -115,6 +116,7 @@ void verbs_add(const VerbsResources& d) {
   std::lock_guard<std::mutex> lock(g_verbs_mu);
   g_verbs.registered += d.registered, g_verbs.pooled += d.pooled;
   g_verbs.qps += d.qps, g_verbs.cqs += d.cqs, g_verbs.mrs += d.mrs;
+  g_verbs.beats += d.beats;
   if (Page* p = g_page.load(std::memory_order_acquire)) store_verbs(p, g_verbs);
 }
 

@@ -90,6 +90,7 @@ static_assert(sizeof(Slot) == 256 && offsetof(Slot, downgraded) == 152);
 // 176 verbs_qps        u64 live queue pairs (one per verbs link)
 // 184 verbs_cqs        u64 live completion queues
 // 192 verbs_mrs        u64 live memory registrations (pooled ones included)
+// 200 verbs_beats      u64 idle heartbeats posted (RDMASHIM_HEARTBEAT_S)
 //              (an older writer left 176..255 zero)
 // 256 slot      Slot[kSlots]
 struct Page {
@@ -103,7 +104,8 @@ struct Page {
   std::atomic<uint64_t> counts_added[8];
   std::atomic<uint64_t> verbs_registered, verbs_pooled;
   std::atomic<uint64_t> verbs_qps, verbs_cqs, verbs_mrs;
-  unsigned char pad2[256 - 200];
+  std::atomic<uint64_t> verbs_beats;
+  unsigned char pad2[256 - 208];
   std::atomic<uint64_t>& count_of(int outcome) {
     return outcome < kV2Outcomes ? counts[outcome] : counts_added[outcome - kV2Outcomes];
   }
@@ -118,7 +120,8 @@ constexpr size_t kPageV1Bytes = 4096;
 constexpr const char kMemfdName[] = "rdmashim-stats";
 static_assert(sizeof(Page) == kPageBytes);
 static_assert(offsetof(Page, slots) == 16 + 8 * kV2Outcomes && offsetof(Page, counts_added) == 96 &&
-              offsetof(Page, verbs_registered) == 160 && offsetof(Page, verbs_mrs) == 192);
+              offsetof(Page, verbs_registered) == 160 && offsetof(Page, verbs_mrs) == 192 &&
+              offsetof(Page, verbs_beats) == 200);
 static_assert(kOutcomes <= kV2Outcomes + 8);
 
 const char* name(Outcome o);
@@ -128,6 +131,7 @@ const char* name(Outcome o);
 struct VerbsResources {
   int64_t registered = 0, pooled = 0;  // bytes
   int64_t qps = 0, cqs = 0, mrs = 0;
+  int64_t beats = 0;  // idle heartbeats posted (a count, never taken back)
 };
 void verbs_add(const VerbsResources& delta);
 VerbsResources verbs_resources();

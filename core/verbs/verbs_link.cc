@@ -11,6 +11,7 @@
 
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/stats.h"
 #include "verbs/ibv_api.h"
 
 namespace rdmashim::verbs {
@@ -35,6 +36,11 @@ void VerbsLink::heartbeat_if_idle() {
   if (posts == posts_at_beat_ && !error() && !peer_bye_.load(std::memory_order_acquire)) {
     // Our consumed position again: a valid credit the peer already has, or newer.
     beat_pending_ = post_writes(0, 0, true, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit), true) == 0;
+    if (beat_pending_) {
+      stats::VerbsResources beat;
+      beat.beats = 1;
+      stats::verbs_add(beat);
+    }
     std::lock_guard<std::mutex> lock(sq_mu_);
     posts = posts_;
   }

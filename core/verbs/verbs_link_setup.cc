@@ -26,7 +26,6 @@
 namespace rdmashim::verbs {
 namespace {
 
-constexpr unsigned kHeartbeatSeconds = 60;
 std::mutex g_links_mu;
 std::vector<VerbsLink*> g_links;  // connected links of this process
 bool g_heartbeat_started = false;
@@ -77,7 +76,7 @@ void VerbsLink::hand_over_resources(Leftovers* to) {
 
 void* heartbeat_loop(void*) {
   for (;;) {
-    sleep(kHeartbeatSeconds);
+    sleep(config().heartbeat_s);
     std::lock_guard<std::mutex> lock(g_links_mu);
     for (VerbsLink* l : g_links) l->heartbeat_if_idle();
   }

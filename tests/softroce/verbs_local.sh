@@ -94,6 +94,16 @@ check "rdmashim stat: server QPs, CQs = K, MRs = 3K, within 4 MiB" \
 check "rdmashim stat: client QPs, CQs = K, MRs 3K..5K+3" \
 	"$([[ $cq == "$k" && $cc == "$k" && $cm -ge $((3 * k)) && $cm -le $((5 * k + 3)) ]] && echo 1 || echo 0)" \
 	"qps/cqs/mrs/registered/pooled: $(kv "$m" client_stat)"
+# The idle heartbeat at 1 s: a live idle link beats (two or more in 4.5 s),
+# and from a second after its peer's SIGKILL at most one more in 5.5 s (one a
+# second before a beat waited for the last one to complete).
+b=$(result "$out" beat)
+IFS=/ read -r b0 b1 <<<"$(kv "$b" live)"
+IFS=/ read -r b2 b3 <<<"$(kv "$b" dead)"
+check "idle heartbeat: a live link beats" "$([[ $b0 =~ ^[0-9]+$ && $b1 =~ ^[0-9]+$ && $((b1 - b0)) -ge 2 && $(kv "$b" server) == verbs ]] && echo 1 || echo 0)" \
+	"verbs_beats $b0 -> $b1 in 4.5 s idle, server $(kv "$b" server), client $(kv "$b" client)"
+check "idle heartbeat: one beat at most to a killed peer" "$([[ $b2 =~ ^[0-9]+$ && $b3 =~ ^[0-9]+$ && $((b3 - b2)) -le 1 ]] && echo 1 || echo 0)" \
+	"verbs_beats $b2 -> $b3 in 5.5 s, from 1 s after the kill"
 if ((fail)); then
 	echo "softroce.verbs_local: FAILED"
 	exit 1

@@ -172,7 +172,7 @@ TEST(StatsPage, CarriesTheVerbsResources) {
   auto [c, s] = tcp_pair();
   Row row;
   row.open(c.get(), Outcome::kVerbs, false, 16 << 20);  // makes sure the page exists
-  verbs_add({.qps = 1, .cqs = 1, .mrs = 3});
+  verbs_add({.qps = 1, .cqs = 1, .mrs = 3, .beats = 2});
   Mapped m;
   map_own_page(&m);
   ASSERT_NE(m.page, nullptr);
@@ -181,6 +181,7 @@ TEST(StatsPage, CarriesTheVerbsResources) {
   EXPECT_EQ(m.page->verbs_qps.load(), static_cast<uint64_t>(before.qps + 3));
   EXPECT_EQ(m.page->verbs_cqs.load(), static_cast<uint64_t>(before.cqs + 3));
   EXPECT_EQ(m.page->verbs_mrs.load(), static_cast<uint64_t>(before.mrs + 10));
+  EXPECT_EQ(m.page->verbs_beats.load(), static_cast<uint64_t>(before.beats + 2));
   verbs_add({.registered = -(int64_t{48} << 20), .pooled = -(int64_t{16} << 20), .qps = -3, .cqs = -3, .mrs = -10});
   EXPECT_EQ(m.page->verbs_registered.load(), static_cast<uint64_t>(before.registered));
   EXPECT_EQ(m.page->verbs_qps.load(), static_cast<uint64_t>(before.qps));

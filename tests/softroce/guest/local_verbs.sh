@@ -131,3 +131,38 @@ crc=$?
 kill "$mpid" 2>/dev/null
 wait "$mpid" 2>/dev/null
 say "many rc=$crc secs=$(elapsed "$t0" "$t1") client_verbs=$(tally many.client.log client verbs) client_limit=$(tally many.client.log client tcp:verbs-limit) server_verbs=$(tally many.server.log server verbs) server_limit=$(tally many.server.log server tcp:verbs-limit) client_stat=$cstat server_stat=$sstat client_reason=$(reason_of many.client.log) server_reason=$(reason_of many.server.log) json=$(cat many.client.out 2>/dev/null)"
+
+# The idle heartbeat (RDMASHIM_HEARTBEAT_S=1 here, 60 by default): a live
+# idle link beats every second, each beat completing; once its peer was
+# SIGKILLed (no Bye: its QP is gone and rxe retries a beat forever) the
+# server posts one more beat at most, not one a second. `rdmashim stat`
+# counts the beats (verbs_beats).
+beats_of() { # the verbs_beats of the process with a live server row
+	"$BIN/rdmashim" stat --json 2>/dev/null | python3 -c '
+import json, sys
+d = [p for p in json.load(sys.stdin) if any(c.get("role") == "server" for c in p.get("live", []))]
+print(max(d, key=lambda p: len(p["live"]), default={}).get("verbs_beats", "none"))'
+}
+rm -f beat.port beat.mark beat.pid
+export RDMASHIM_HEARTBEAT_S=1
+timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/heartbeat_peer.py" server "$PWD/beat.port" "$PWD/beat.mark" 60 "$self" \
+	2>beat.server.log &
+bpid=$!
+for ((i = 0; i < 300; i++)); do [[ -s beat.port ]] && break; sleep 0.1; done
+timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/heartbeat_peer.py" client "$(cat beat.port 2>/dev/null)" "$self" "$PWD/beat.pid" \
+	2>beat.client.log &
+cpid=$!
+for ((i = 0; i < 300; i++)); do [[ -e beat.mark ]] && break; sleep 0.1; done
+b0=$(beats_of)
+sleep 4.5 # live and idle: about three beats, each completed
+b1=$(beats_of)
+kill -9 "$(cat beat.pid 2>/dev/null)" 2>/dev/null # the client itself (its timeout would outlive nothing)
+wait "$cpid" 2>/dev/null
+sleep 1
+b2=$(beats_of) # (a look takes seconds under TCG: counted from here)
+sleep 5.5 # the peer gone: one beat at most
+b3=$(beats_of)
+unset RDMASHIM_HEARTBEAT_S
+kill "$bpid" 2>/dev/null # it holds the connection for 60 s (stat takes seconds under TCG)
+wait "$bpid" 2>/dev/null
+say "beat live=$b0/$b1 dead=$b2/$b3 client=$(transport_of beat.client.log) server=$(transport_of beat.server.log)"
