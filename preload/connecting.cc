@@ -38,9 +38,6 @@ bool settle_connecting(int fd) {
 
 namespace {
 
-// The kernel forbids nesting deeper than this (EP_MAX_NESTS).
-constexpr int kMaxDepth = 5;
-
 void collect_connecting(EpollSet& set, std::vector<pollfd>& watch, const std::vector<int>& quiet, int depth) {
   std::lock_guard<std::mutex> lock(set.mu);
   for (const NativeReg& n : set.natives) {
@@ -51,7 +48,7 @@ void collect_connecting(EpollSet& set, std::vector<pollfd>& watch, const std::ve
   }
   // A set registered in this one wakes it: its clients count as ours.
   for (auto& r : set.regs) {
-    if (EpollSet* in = r->inner(); in && depth < kMaxDepth) collect_connecting(*in, watch, quiet, depth + 1);
+    if (EpollSet* in = r->inner(); in && depth < kMaxEpollDepth) collect_connecting(*in, watch, quiet, depth + 1);
   }
 }
 

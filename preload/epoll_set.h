@@ -16,6 +16,9 @@
 
 namespace rdmashim::preload {
 
+// Sets nest at most this deep (the kernel's EP_MAX_NESTS).
+constexpr int kMaxEpollDepth = 5;
+
 // What we keep about one upgradable socket (or one epoll set of ours that
 // holds such sockets: nesting) in one epoll set.
 struct EpollReg {

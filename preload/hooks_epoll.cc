@@ -75,13 +75,10 @@ epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
   return k;
 }
 
-// The kernel forbids nesting deeper than this (EP_MAX_NESTS).
-constexpr int kMaxDepth = 5;
-
 uint32_t reg_ready(EpollReg& r, short kernel, int depth) {
   short want = static_cast<short>(r.events & kPollBits);
   if (EpollSet* in = r.inner()) {
-    return depth > kMaxDepth ? 0 : static_cast<uint16_t>(set_events(*in, want, kernel, depth + 1));
+    return depth > kMaxEpollDepth ? 0 : static_cast<uint16_t>(set_events(*in, want, kernel, depth + 1));
   }
   return static_cast<uint16_t>(r.entry->conn->poll_events(want, kernel));
 }
@@ -379,7 +376,7 @@ bool any_on_ring(EpollSet& set, int depth) {
   for (auto& r : set.regs) {
     if (r->disabled) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < kMaxDepth && any_on_ring(*in, depth + 1)) return true;
+      if (depth < kMaxEpollDepth && any_on_ring(*in, depth + 1)) return true;
     } else if (r->entry->conn->on_ring()) {
       return true;
     }
@@ -485,7 +482,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
   for (auto& r : set.regs) {
     if (r->disabled) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < kMaxDepth && arm_all(*in, r->fd, armed, depth + 1, wake)) ready = true;
+      if (depth < kMaxEpollDepth && arm_all(*in, r->fd, armed, depth + 1, wake)) ready = true;
       continue;
     }
     Connection& c = *r->entry->conn;

@@ -43,11 +43,6 @@ Ref managed_stream(int fd) {
   return active_stream(fd);
 }
 
-bool is_epoll_set(int fd) {
-  Ref e = table().get(fd);
-  return e && e->kind.load() == Entry::Kind::kEpoll && e->epoll;
-}
-
 short kernel_interest(const Ref& v, short want) { return v->epoll ? want : v->conn->kernel_interest(want); }
 short virtual_events(const Ref& v, short want, short kernel) {
   return v->epoll ? set_events(*v->epoll, want, kernel, 1) : v->conn->poll_events(want, kernel);
@@ -114,12 +109,10 @@ void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std
 int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::WaitCall how) {
   std::vector<Ref> virt(nfds);
   std::vector<nfds_t> vidx, connecting;  // clients still connecting: watched for writability too
-  std::vector<nfds_t> sets;              // epoll sets of ours: the clients they hold, too
-  std::vector<int> quiet;                // such clients still connecting after their slot fired
+  std::vector<int> quiet;  // clients of epoll sets among fds still connecting after their slot fired
   for (nfds_t i = 0; i < nfds; ++i) {
     if ((virt[i] = managed_stream(fds[i].fd))) vidx.push_back(i);
     else if (connecting_client(fds[i].fd)) connecting.push_back(i);
-    if (g_connecting_clients.load(std::memory_order_relaxed) > 0 && is_epoll_set(fds[i].fd)) sets.push_back(i);
   }
   std::vector<pollfd> k;
   const auto& sys = real();
@@ -175,7 +168,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     // A client still connecting, whatever the program asked of it: its
     // connect completing wakes us, to send the Hello (connecting.cc).
     for (size_t j = 0; j < connecting.size(); ++j) k[nfds + vidx.size() + j] = {fds[connecting[j]].fd, POLLOUT, 0};
-    for (nfds_t i : sets) connecting_in_set(fds[i].fd, k, quiet);  // appended: slots past nfds only
+    // Those an epoll set of ours among fds holds, appended (slots past nfds only).
+    for (nfds_t i = 0; i < nfds; ++i) connecting_in_set(fds[i].fd, k, quiet);
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     // A direction that left its ring meanwhile (a Downgrade read above) is the
     // kernel's again: what we ask of the kernel changed, so look again first.
