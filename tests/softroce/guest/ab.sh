@@ -40,15 +40,8 @@ shim() { # BIN
 }
 ibl() {
 	port=$((port + 1))
-	local cmd=(ib_write_lat -F -d rxe0 -x "$gid" -s 64 -n "$n" -p $port) i
-	timeout 60 "${cmd[@]}" >/dev/null 2>&1 &
-	local spid=$!
-	for ((i = 0; i < 40; i++)); do
-		timeout 60 "${cmd[@]}" "$self" >ibl.log 2>&1 && break
-		sleep 0.3
-	done
-	wait "$spid" 2>/dev/null
-	awk -v n="$n" '$1 == 64 && $2 == n { printf "rate=%.0f p50=%.2f\n", 1e6 / (2 * $6), 2 * $5 }' ibl.log
+	ib_write_lat_pair "$port" "$n" ibl.log
+	ib_write_lat_rate ibl.log 'rate=%.0f p50=%.2f\n'
 }
 for ((r = 1; r <= rounds; r++)); do
 	say "ab.$r.ibl $(ibl)"

@@ -86,3 +86,22 @@ pingpong() {
 	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") log=$(oneline "$name.client.log") json=${out:-none}"
 	say "$name.server transport=$(transport_of "$name.server.log") log=$(oneline "$name.server.log")"
 }
+
+# ib_write_lat_pair PORT N LOG: perftest's 64 B RDMA write latency, server
+# and client on this guest's address (the client retries until the server
+# listens), N iterations; the client's output in LOG.
+# ib_write_lat_rate LOG FORMAT: its round trips/s (and p50 of a round trip
+# in us, from the one-way figures) through printf FORMAT.
+ib_write_lat_pair() {
+	local cmd=(ib_write_lat -F -d rxe0 -x "$RDMASHIM_VM_GID_INDEX" -s 64 -n "$2" -p "$1") i
+	timeout 60 "${cmd[@]}" >/dev/null 2>&1 &
+	local spid=$!
+	for ((i = 0; i < 40; i++)); do
+		timeout 60 "${cmd[@]}" "$RDMASHIM_VM_SELF" >"$3" 2>&1 && break
+		sleep 0.3
+	done
+	wait "$spid" 2>/dev/null
+}
+ib_write_lat_rate() {
+	awk -v f="$2" '$1 == 64 && $2 ~ /^[0-9]+$/ && NF >= 6 { printf f, 1e6 / (2 * $6), 2 * $5 }' "$1"
+}
