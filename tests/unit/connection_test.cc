@@ -451,7 +451,7 @@ bool eof_within(int fd, int ms) {
 
 TEST(DeferredClose, FlushingSocketClosesOnlyOnceTheFlushIsDone) {
   TcpPair t;
-  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  auto& f = *new FakeFlush;  // leaked: a failed check must not leave the flusher a dangling context
   f.peer = t.server;
   f.done_after = 40;  // about 40 ms of looks
   deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
@@ -470,7 +470,7 @@ TEST(DeferredClose, FlushingSocketClosesOnlyOnceTheFlushIsDone) {
 
 TEST(DeferredClose, FlushingSocketGoesAtItsDeadline) {
   TcpPair t;
-  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  auto& f = *new FakeFlush;  // leaked: a failed check must not leave the flusher a dangling context
   f.peer = t.server;
   f.done_after = INT_MAX;  // a peer host that never answers
   deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
@@ -488,7 +488,7 @@ TEST(DeferredClose, FlushingSocketGoesAtItsDeadline) {
 // exec and exit wait for it (close-on-exec would drop the duplicate).
 TEST(DeferredClose, FinishAllWaitsForFlushes) {
   TcpPair t;
-  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  auto& f = *new FakeFlush;  // leaked: a failed check must not leave the flusher a dangling context
   f.peer = t.server;
   f.done_after = 30;
   deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
