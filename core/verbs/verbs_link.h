@@ -102,7 +102,6 @@ class VerbsLink final : public Link {
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
   int flush(int timeout_ms, PeerWatch* watch = nullptr) override;
-  bool flush_lingers() const override { return true; }
   bool provider_on_our_cores() const override { return dev_.software(); }
   size_t put_room() override;
   bool maintained() const override { return true; }
