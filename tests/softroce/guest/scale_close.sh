@@ -81,10 +81,11 @@ else
 		kill -9 "$py" # vanishes: no exit flush, no Bye
 		t0=$(now)
 		wait "$kpid"
+		t_wait=$(now)
 		# The next connection, from a new process: served once the server closed the N.
 		timeout 120 "${shim[@]}" python3 "$STAGE_DIR/guest/many_conns.py" client 10.77.0.1 "$kill_port" 1 "$bytes" "$PWD/kil2.mark" 0 \
 			>kil2.out 2>kil2.log
 		rc=$?
-		say "scale.kill_client verbs=$verbs again_s=$(elapsed "$t0" "$(now)") again_rc=$rc again_verbs=$(grep -c '(client) -> verbs$' kil2.log) err=$(grep -v ' info: ' kil2.log | tail -3 | oneline_in) json=$(cat kil2.out 2>/dev/null)"
+		say "scale.kill_client verbs=$verbs again_s=$(elapsed "$t0" "$(now)") wait_s=$(elapsed "$t0" "$t_wait") again_rc=$rc again_verbs=$(grep -c '(client) -> verbs$' kil2.log) err=$(grep -v ' info: ' kil2.log | tail -3 | oneline_in) json=$(cat kil2.out 2>/dev/null)"
 	fi
 fi
