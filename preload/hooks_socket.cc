@@ -147,6 +147,24 @@ int track_accepted(int listener, int fd) {
   return fd;
 }
 
+// The last close of a verbs connection whose writes are still in flight:
+// deferred_close.h finishes the flush in the background, holding a reference
+// to the entry (so the connection outlives the program's close, as a call in
+// flight keeps it). Without a descriptor or thread for that, the flush ends
+// here, as before.
+bool hold_while_flushing(int fd, Entry* e, unsigned first, unsigned last) {
+  struct Held {
+    static bool step(void* ctx, int held_fd) { return static_cast<Entry*>(ctx)->conn->linger_step(held_fd); }
+    static void release(void* ctx) { unref(static_cast<Entry*>(ctx)); }
+  };
+  e->refs.fetch_add(1, std::memory_order_relaxed);
+  deferred_close::Flushing what{&Held::step, &Held::release, e};
+  if (deferred_close::hold_flushing(fd, what, e->conn->close_deadline(), first, last)) return true;
+  unref(e);  // the table's reference still holds it
+  e->conn->finish_flush();
+  return false;
+}
+
 // close() of fd is about to happen: forgets the name, and if it was the
 // connection's last, lets it finish what must precede the kernel's close.
 // Returns the table's reference, for release_after_close().
@@ -161,7 +179,16 @@ Entry* forget_before_close(int fd, unsigned first, unsigned last) {
   }
   if (last_name && e->conn) {
     int saved = errno;
-    if (e->conn->drain_before_close(first, last)) forget_in_epoll_sets(fd);
+    switch (e->conn->drain_before_close(first, last)) {
+      case Connection::Drain::kHeld:
+        forget_in_epoll_sets(fd);
+        break;
+      case Connection::Drain::kFlushing:
+        if (hold_while_flushing(fd, e, first, last)) forget_in_epoll_sets(fd);
+        break;
+      case Connection::Drain::kClose:
+        break;
+    }
     RDMASHIM_SCHED_POINT(kCloseReal);
     errno = saved;
   }

@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <new>
@@ -20,6 +21,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/process.h"
 #include "util/schedule.h"
 #include "verbs/verbs_transport.h"
 
@@ -113,11 +115,55 @@ void Connection::update_passthrough() {
 // ---------------------------------------------------------------------------
 // Shutdown and close
 
-bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
-  if (orphaned_) return false;  // the TCP side's frames are the parent's
+Connection::Drain Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
+  if (orphaned_) return Drain::kClose;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   flush_tx(true);
+  bool held = drain_rx(avoid_first, avoid_last);
+  if (!flush_pending_) return held ? Drain::kHeld : Drain::kClose;
+  if (held) {  // one hold per socket (cannot happen: a ring means the Ack came)
+    finish_flush();
+    return Drain::kHeld;
+  }
+  if (rst_on_close_) {  // the reset drops what is in flight, as TCP's would
+    flush_pending_ = false;
+    return Drain::kClose;
+  }
+  return Drain::kFlushing;
+}
+
+void Connection::finish_flush() {
+  if (!flush_pending_ || !transport_) return;
+  flush_pending_ = false;
+  uint64_t now = now_ns();
+  int left = now < close_deadline_ ? static_cast<int>((close_deadline_ - now + 999'999) / 1'000'000) : 0;
+  int r = flush_watched(left, true);
+  if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+}
+
+bool Connection::linger_step(int fd) {
+  if (!transport_) return true;
+  int r = transport_->link().flush(0);
+  if (r != -ETIMEDOUT) return true;  // confirmed, the peer said Bye, or the link failed
+  // The peer gone (a reset; a hang-up before our FIN; after its FIN, a ping
+  // its kernel answers with RST), as flush_tx's watch tells.
+  pollfd p{fd, POLLRDHUP, 0};
+  if (sys::real().poll(&p, 1, 0) != 1) return false;
+  bool gone = (p.revents & POLLERR) || (linger_open_ && (p.revents & POLLHUP));
+  if (!gone && linger_open_ && !close_pinged_ && (p.revents & POLLRDHUP)) {
+    close_pinged_ = true;
+    wire::FrameHeader h{0, static_cast<uint16_t>(wire::FrameType::kPing), 0};
+    ssize_t n = sys::real().send(fd, &h, sizeof h, MSG_NOSIGNAL | MSG_DONTWAIT);
+    gone = n < 0 && (errno == EPIPE || errno == ECONNRESET);
+  }
+  // Its QP is gone too: the link's last words (a Bye) would only be retried.
+  if (gone) transport_->link().peer_lost();
+  return gone;
+}
+
+// drain_before_close without the flush: true if deferred_close holds the socket.
+bool Connection::drain_rx(unsigned avoid_first, unsigned avoid_last) {
   std::unique_lock<std::mutex> rx(rx_mu_, std::try_to_lock);
   if (!rx.owns_lock()) return false;
   discard_unread_handshake();
@@ -157,7 +203,7 @@ bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
     // shares the ring and may still read it.
     if (ring_ && !transport_->shared() && ring_->readable() > 0) {
       linger lg{1, 0};
-      sys::real().setsockopt(fd(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg);
+      rst_on_close_ = sys::real().setsockopt(fd(), SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0;
     }
   }
   // Anything still unread makes the kernel answer our close with RST.
@@ -178,6 +224,24 @@ bool Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
 // reset is no news), nor in shutdown() (the RST would fail its call).
 void Connection::flush_tx(bool closing) {
   if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
+  const int timeout = static_cast<int>(config().setup_timeout_ms);
+  close_deadline_ = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  // A close whose flush can end in the background waits here only as long as
+  // a live peer takes to confirm; one that stopped answering (its host
+  // crashed or unreachable: no reset comes) no longer holds close() for the
+  // setup timeout. Not where no background thread may run (a sandbox), nor
+  // for a ring another process shares.
+  const bool may_linger = closing && transport_->link().flush_lingers() && !transport_->shared() &&
+                          !forked_.load(std::memory_order_relaxed) && sandbox() == Sandbox::kNone;
+  int r = flush_watched(may_linger ? std::min(timeout, kCloseFlushMs) : timeout, closing);
+  if (r == -ETIMEDOUT && may_linger) {
+    flush_pending_ = true;
+    return;
+  }
+  if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+}
+
+int Connection::flush_watched(int timeout_ms, bool closing) {
   struct Watch {
     Connection* c;
     bool open;  // our side sent no FIN: a hang-up (POLLHUP) is a reset
@@ -197,10 +261,12 @@ void Connection::flush_tx(bool closing) {
     }
   };
   const bool no_fin = !tx_shut_.load(std::memory_order_relaxed);
-  Watch state{this, no_fin, no_fin};
+  Watch state{this, no_fin, no_fin && !close_pinged_};
   Link::PeerWatch watch{&Watch::peer_gone, &state};
-  int r = transport_->link().flush(static_cast<int>(config().setup_timeout_ms), closing ? &watch : nullptr);
-  if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+  int r = transport_->link().flush(timeout_ms, closing ? &watch : nullptr);
+  if (no_fin && !state.ping) close_pinged_ = true;
+  linger_open_ = no_fin;
+  return r;
 }
 
 int Connection::shutdown(int how) {

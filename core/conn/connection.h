@@ -163,8 +163,21 @@ class Connection {
   // unread, they would make the kernel answer the close with RST. A client
   // whose Ack is still due hands its socket to deferred_close.h, at a number
   // outside [avoid_first, avoid_last] (a close_range under way; none by
-  // default), and true is returned: the socket outlives the program's close.
-  bool drain_before_close(unsigned avoid_first = 1, unsigned avoid_last = 0);
+  // default): kHeld, the socket outlives the program's close. kFlushing:
+  // our verbs writes are not all confirmed yet (a peer host that stopped
+  // answering); the caller hands the socket and this connection to
+  // deferred_close::hold_flushing, which ends the flush with linger_step()
+  // and then closes, or, if it cannot, calls finish_flush() before closing.
+  enum class Drain { kClose, kHeld, kFlushing };
+  Drain drain_before_close(unsigned avoid_first = 1, unsigned avoid_last = 0);
+  // After kFlushing: the rest of the flush, here (at most the setup timeout
+  // from the close).
+  void finish_flush();
+  // After kFlushing, in the background: one look at the flush, the TCP side
+  // watched on `fd` (the held duplicate: the program's number is closed).
+  // true once there is nothing left to wait for.
+  bool linger_step(int fd);
+  uint64_t close_deadline() const { return close_deadline_; }
 
   // The preload saw the program set O_NONBLOCK (fcntl F_SETFL, FIONBIO: 0
   // or 1), SO_RCVTIMEO / SO_SNDTIMEO (ns, 0: none) or SO_RCVLOWAT: the new
@@ -249,6 +262,10 @@ class Connection {
   static constexpr int64_t kNoDeadline = -1;
   static constexpr int64_t kDeadlineUnknown = -2;
   static constexpr int kPingIntervalMs = 200;  // liveness probes while a ring stays full
+  // What a close waits for its verbs writes to be confirmed before the rest
+  // of the wait goes on in the background (Link::flush_lingers): a live
+  // peer confirms within microseconds (milliseconds in a TCG guest).
+  static constexpr int kCloseFlushMs = 10;
   static constexpr int kSelfWakeMs = 250;      // a writer waiting on a full ring re-checks shutdown
   static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
@@ -356,6 +373,9 @@ class Connection {
   // closing: the close path, which may ping a peer that sent its FIN to
   // learn it is gone (no ping before a shutdown(): its RST would fail it).
   void flush_tx(bool closing = false);
+  // flush_tx's wait, at most timeout_ms; the close path's with its watch.
+  int flush_watched(int timeout_ms, bool closing);
+  bool drain_rx(unsigned avoid_first, unsigned avoid_last);  // drain_before_close after the flush
   int epipe(int flags);
   int broken(const char* what);
 
@@ -431,6 +451,13 @@ class Connection {
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
+  // The last close's flush (verbs): when it gives up waiting and whether its
+  // watch may still ping; flush_pending_: it goes on after close() returned.
+  uint64_t close_deadline_ = 0;
+  bool flush_pending_ = false;
+  bool close_pinged_ = false;  // the close's watch pinged (once: the answer takes a round trip)
+  bool linger_open_ = false;   // no FIN of ours yet: a hang-up is a reset
+  bool rst_on_close_ = false;  // unread ring data: the close resets, nothing to flush
   bool parents_transport_ = false;  // a forked child's copy of a transport it must not touch
   bool user_added_for_fork_ = false;  // settle_before_fork counted the child already
   uint64_t last_ping_ns_ = 0;

@@ -9,6 +9,7 @@
 #include <netinet/in.h>
 #include <linux/tcp.h>  // tcp_info with tcpi_bytes_acked
 #include <sys/socket.h>
+#include <time.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -28,6 +29,7 @@
 #include "util/config.h"
 #include "util/log.h"
 #include "util/misc.h"
+#include "util/thread.h"
 #include "wire/wire.h"
 
 namespace rdmashim::deferred_close {
@@ -44,11 +46,22 @@ struct Held {
   bool asked;  // unanswerable() was asked (once: it costs a netlink query)
 };
 
+// A connection finishing its flush (hold_flushing).
+struct Flush {
+  int fd;             // the duplicate of the program's socket, still open both ways
+  uint64_t deadline;  // now_ns() after which we stop waiting
+  Flushing what;
+};
+
 // Heap-allocated and never destroyed: used from a destructor at exit, and a
 // forked child replaces the lock another thread may have held at fork.
 std::mutex* g_mu = new std::mutex;
 std::vector<Held>* g_list = new std::vector<Held>;
+std::vector<Flush>* g_flushing = new std::vector<Flush>;
+bool g_flusher = false;  // the background thread runs (g_mu)
 pid_t g_owner = 0;  // the process the list belongs to (a vfork child must not touch it)
+
+void count_locked() { g_held.store(static_cast<int>(g_list->size() + g_flushing->size()), std::memory_order_relaxed); }
 
 bool in(int fd, unsigned first, unsigned last) {
   return fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last;
@@ -131,10 +144,58 @@ void reap_locked(uint64_t now) {
       ++i;
     }
   }
-  g_held.store(static_cast<int>(l.size()), std::memory_order_relaxed);
+  count_locked();
+}
+
+// g_mu held: moves the flushes that are done (or out of time) to `out`,
+// whose connections are let go and duplicates closed outside the lock
+// (letting go destroys a QP).
+void step_flushing_locked(uint64_t now, std::vector<Flush>* out) {
+  auto& l = *g_flushing;
+  for (size_t i = 0; i < l.size();) {
+    if (now >= l[i].deadline || l[i].what.step(l[i].what.ctx, l[i].fd)) {
+      out->push_back(l[i]);
+      l[i] = l.back();
+      l.pop_back();
+    } else {
+      ++i;
+    }
+  }
+  count_locked();
+}
+
+// In this order: the connection's last words (a verbs Bye) before our FIN.
+void finish(const std::vector<Flush>& done) {
+  for (const Flush& f : done) {
+    f.what.release(f.what.ctx);
+    sys::real().close(f.fd);
+  }
+}
+
+void pause_1ms() {
+  timespec ts{0, 1'000'000};
+  nanosleep(&ts, nullptr);
 }
 
 bool mine() { return g_owner == getpid(); }
+
+// The background thread: looks at every flush each millisecond while any is
+// left, then ends (hold_flushing starts another).
+void* flush_loop(void*) {
+  for (;;) {
+    std::vector<Flush> done;
+    bool more;
+    {
+      std::lock_guard<std::mutex> lock(*g_mu);
+      step_flushing_locked(now_ns(), &done);
+      more = !g_flushing->empty();
+      if (!more) g_flusher = false;
+    }
+    finish(done);
+    if (!more) return nullptr;
+    pause_1ms();
+  }
+}
 
 }  // namespace
 
@@ -158,8 +219,27 @@ bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous
   Held h{d, r, now + uint64_t{config().setup_timeout_ms} * 1'000'000, {}, false};
   memcpy(h.nonce, nonce, sizeof h.nonce);
   g_list->push_back(h);
-  g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
+  count_locked();
   RDMASHIM_DEBUG("fd %d: closed before the server's Ack: held as fd %d until it comes", fd, d);
+  return true;
+}
+
+bool hold_flushing(int fd, Flushing what, uint64_t deadline, unsigned avoid_first, unsigned avoid_last) {
+  static pthread_once_t once = PTHREAD_ONCE_INIT;
+  pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, after_fork_child); });
+  std::lock_guard<std::mutex> lock(*g_mu);
+  if (g_owner == 0) g_owner = getpid();
+  if (!mine()) return false;
+  int d = dup_away(fd, avoid_first, avoid_last);
+  if (d < 0) return false;
+  if (!g_flusher && !start_background_thread(flush_loop, nullptr)) {
+    sys::real().close(d);
+    return false;
+  }
+  g_flusher = true;
+  g_flushing->push_back(Flush{d, deadline, what});
+  count_locked();
+  RDMASHIM_DEBUG("fd %d: ring writes still in flight at close: held as fd %d until confirmed", fd, d);
   return true;
 }
 
@@ -171,10 +251,14 @@ void reap() {
 void finish_all() {
   for (;;) {
     std::vector<pollfd> fds;
+    std::vector<Flush> flushed;
     uint64_t now = now_ns(), until = UINT64_MAX;
+    bool flushing;
     {
       std::lock_guard<std::mutex> lock(*g_mu);
       if (!mine()) return;
+      step_flushing_locked(now, &flushed);
+      flushing = !g_flushing->empty();
       reap_locked(now);
       for (size_t i = 0; i < g_list->size();) {  // at exit nobody waits for what cannot come
         Held& h = (*g_list)[i];
@@ -186,15 +270,17 @@ void finish_all() {
           ++i;
         }
       }
-      g_held.store(static_cast<int>(g_list->size()), std::memory_order_relaxed);
+      count_locked();
       for (const Held& h : *g_list) {
         fds.push_back({h.fd, POLLIN, 0});
         if (h.rendezvous >= 0) fds.push_back({h.rendezvous, POLLIN, 0});
         until = std::min(until, h.deadline);
       }
     }
-    if (fds.empty()) return;
+    finish(flushed);
+    if (fds.empty() && !flushing) return;
     int ms = static_cast<int>(std::min<uint64_t>((until - std::min(until, now)) / 1'000'000 + 1, INT_MAX));
+    if (flushing) ms = 1;  // flushes are looked at, not waited on
     sys::wait(fds.data(), fds.size(), ms);
   }
 }
@@ -204,6 +290,9 @@ bool owns(int fd) {
   if (!mine()) return false;
   for (const Held& h : *g_list) {
     if (h.fd == fd || h.rendezvous == fd) return true;
+  }
+  for (const Flush& f : *g_flushing) {
+    if (f.fd == fd) return true;
   }
   return false;
 }
@@ -233,7 +322,25 @@ void vacate(unsigned first, unsigned last) {
     }
     ++i;
   }
-  g_held.store(static_cast<int>(l.size()), std::memory_order_relaxed);
+  std::vector<Flush> gone;
+  auto& fl = *g_flushing;
+  for (size_t i = 0; i < fl.size();) {
+    Flush& f = fl[i];
+    if (in(f.fd, first, last)) {
+      int d = dup_away(f.fd, first, last);
+      if (d < 0) {  // nowhere to go: let go now, our FIN maybe ahead of writes in flight
+        gone.push_back(f);
+        fl[i] = fl.back();
+        fl.pop_back();
+        continue;
+      }
+      sys::real().close(f.fd);
+      f.fd = d;
+    }
+    ++i;
+  }
+  count_locked();
+  finish(gone);  // under g_mu: rare, and the duplicates must be gone before the program's close_range
 }
 
 void after_fork_child() {
@@ -242,6 +349,13 @@ void after_fork_child() {
     for (Held& h : *g_list) release(h);  // our copies only: the parent's stay open
   }
   g_list->clear();
+  if (g_owner != 0) {
+    // Our copies of the duplicates; the connections are the parent's (their
+    // QPs are shared with it): left alone, never let go here.
+    for (Flush& f : *g_flushing) sys::real().close(f.fd);
+  }
+  g_flushing->clear();
+  g_flusher = false;  // threads do not survive fork
   g_owner = 0;
   g_held.store(0, std::memory_order_relaxed);
 }

@@ -17,10 +17,20 @@
 // A forked child closes its copies at once; the parent keeps owning them.
 // Numbers the program closes or replaces are moved away first (close() of
 // one of ours is EBADF, as it would be without rdmashim).
+//
+// The same list holds a verbs connection whose last close found its ring
+// writes not all confirmed yet (Connection::Drain::kFlushing): its socket is
+// duplicated the same way but not shut down, and a background thread looks
+// at the flush every millisecond; once the writes landed, the peer is known
+// gone or the setup timeout from the close passed, the connection is let go
+// and the duplicate closed, which sends the FIN the program's close() would
+// have sent. So a peer host that stopped answering no longer holds close()
+// (TCP's close returns at once too); exit and exec still wait for it.
 #pragma once
 
 #include <atomic>
 #include <cstddef>
+#include <cstdint>
 
 #include "util/unique_fd.h"
 
@@ -34,6 +44,19 @@ constexpr size_t kNonceBytes = 16;
 // nothing held (no descriptor left, ...), the caller closes as before.
 bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous, unsigned avoid_first,
           unsigned avoid_last);
+
+// A connection finishing its flush: step(ctx, fd) looks once (true: nothing
+// left to wait for), release(ctx) lets it go. Plain callbacks, as
+// Link::PeerWatch (a close may run where a new vtable costs a system call).
+struct Flushing {
+  bool (*step)(void* ctx, int fd);
+  void (*release)(void* ctx);
+  void* ctx;
+};
+// Takes over `fd` and `what` until step() says done or `deadline` (now_ns())
+// passed. false: nothing held (no descriptor or no thread), `what` is still
+// the caller's, which finishes the flush itself.
+bool hold_flushing(int fd, Flushing what, uint64_t deadline, unsigned avoid_first, unsigned avoid_last);
 
 extern std::atomic<int> g_held;
 inline bool any() { return g_held.load(std::memory_order_relaxed) != 0; }

@@ -75,6 +75,14 @@ class Link {
   // end of the stream) a link whose writes are asynchronous must drain them.
   // With a watch it stops as soon as the peer is known gone.
   virtual int flush(int /*timeout_ms*/, PeerWatch* /*watch*/ = nullptr) { return 0; }
+  // A flush that may go on after the program's close() returned (verbs:
+  // confirmations come from another host; one that stopped answering would
+  // hold the close for the setup timeout, where TCP's close returns at once).
+  // flush(0) then only looks, posting nothing more.
+  virtual bool flush_lingers() const { return false; }
+  // The peer is known gone (its socket reset), told by someone other than
+  // flush's watch: nothing more is posted to it, nothing waited for.
+  virtual void peer_lost() {}
 
   // Whether the link's provider moves our bytes on this host's cores (a
   // software RDMA device progresses in the kernel, on the CPU a spinner

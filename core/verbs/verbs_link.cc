@@ -323,19 +323,24 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
     target = data_posted_end_;
     if (done_.load(std::memory_order_acquire) >= target) return 0;
     // Unsignaled WRs complete only with a later signaled one: post an empty,
-    // signaled WRITE behind them; its completion retires them all.
-    ibv_send_wr wr{}, *bad = nullptr;
-    wr.opcode = IBV_WR_RDMA_WRITE;
-    wr.num_sge = 0;
-    wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
-    wr.wr.rdma.rkey = tx_rgn_.rkey();
-    wr.send_flags = IBV_SEND_SIGNALED;
-    wr.wr_id = (target & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
-    unsignaled_ = 0;
-    ++outstanding_;
-    if (ibv_post_send(qp_, &wr, &bad) != 0) {
-      error_.store(-EIO, std::memory_order_relaxed);
-      return -EIO;
+    // signaled WRITE behind them; its completion retires them all. Once:
+    // a flush looked at again (a close finishing in the background,
+    // deferred_close.h) waits for the marker already on its way.
+    if (signaled_end_.load(std::memory_order_relaxed) < target) {
+      ibv_send_wr wr{}, *bad = nullptr;
+      wr.opcode = IBV_WR_RDMA_WRITE;
+      wr.num_sge = 0;
+      wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
+      wr.wr.rdma.rkey = tx_rgn_.rkey();
+      wr.send_flags = IBV_SEND_SIGNALED;
+      wr.wr_id = (target & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
+      unsignaled_ = 0;
+      ++outstanding_;
+      if (ibv_post_send(qp_, &wr, &bad) != 0) {
+        error_.store(-EIO, std::memory_order_relaxed);
+        return -EIO;
+      }
+      signaled_end_.store(target, std::memory_order_relaxed);
     }
   }
   // A peer gone without a Bye (SIGKILL, a crash) confirms nothing, and rxe

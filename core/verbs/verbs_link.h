@@ -102,6 +102,8 @@ class VerbsLink final : public Link {
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
   int flush(int timeout_ms, PeerWatch* watch = nullptr) override;
+  bool flush_lingers() const override { return true; }
+  void peer_lost() override { peer_bye_.store(true, std::memory_order_release); }
   bool provider_on_our_cores() const override { return dev_.software(); }
   size_t put_room() override;
   bool maintained() const override { return true; }
@@ -207,7 +209,7 @@ class VerbsLink final : public Link {
   unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
-  // The peer said Bye, or a flush's watch found it gone: its QP is gone or
+  // The peer said Bye, or was found gone (a flush's watch, peer_lost()): its QP is gone or
   // going, so nothing is posted to it any more (Soft-RoCE would retry it
   // forever) and a flush waits for nothing.
   std::atomic<bool> peer_bye_{false};

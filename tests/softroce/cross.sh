@@ -29,7 +29,13 @@
 #           the 1 ms grace it replaces; rdmashim's own work per connection
 #           costs about 0.3 ms in these emulated guests)
 #           (registered as softroce.server_first, with --discovery)
-# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill] [cmfaults] [sfirst]   (default: all but cmfaults, sfirst)
+#   gone    a client under rdmashim on verbs writes 64 KiB and closes while
+#           the server's guest has its link down (a host that crashed: no
+#           reset, no FIN, no confirmation): close() must return within
+#           GONE_BOUND_MS (500; the flush goes on in the background, as TCP's
+#           close leaves its send queue to the kernel); before, it waited the
+#           setup timeout (2 s). Runs last (guest a's link is down 4 s)
+# usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill] [cmfaults] [sfirst] [gone]   (default: matrix large kill catkill gone)
 #   --discovery  do not set RDMASHIM_PEERS: rdmashim must find the rdmashim
 #                server by itself (RDMA-CM discovery). Registered as
 #                softroce.discovery, disabled until discovery lands.
@@ -42,14 +48,15 @@ peers=10.77.0.0/24 parts=() name=softroce.cross
 for a in "$@"; do
 	case $a in
 	--discovery) peers=none name=softroce.discovery ;;
-	matrix | large | kill | catkill | cmfaults | sfirst) parts+=("$a") ;;
+	matrix | large | kill | catkill | cmfaults | sfirst | gone) parts+=("$a") ;;
 	*) echo "usage: cross.sh [--discovery] [matrix] [large] [kill] [catkill]" >&2; exit 2 ;;
 	esac
 done
-((${#parts[@]})) || parts=(matrix large kill catkill)
+((${#parts[@]})) || parts=(matrix large kill catkill gone)
 matrix_bytes=${MATRIX_BYTES:-4194311}
 large_bytes=${LARGE_BYTES:-268435456}
 kill_bound=${KILL_BOUND:-10}
+gone_bound=${GONE_BOUND_MS:-500}
 
 softroce_skip_unless_vm
 softroce_stage
@@ -211,6 +218,18 @@ if [[ " ${parts[*]} " == *" catkill "* ]]; then
 		check "catkill $k: transport" "$(yes_if test "$(kv "$sv" transport)" = verbs -a "$(kv "$vi" transport)" = verbs)" \
 			"survivor $(kv "$sv" transport), victim $(kv "$vi" transport)"
 	done
+fi
+
+# -- gone: the client's close returned at once although nothing could confirm
+# its last writes (the server's link was down), both ends on verbs.
+if [[ " ${parts[*]} " == *" gone "* ]]; then
+	c=$(result "$out" "gone.client") s=$(result "$out" "gone.server")
+	ms=$(kv "$c" close_ms)
+	check "gone: the server's link went down" "$(yes_if test "$(kv "$s" down_ok)" = 1)" "server: ${s:-nothing}"
+	check "gone: transport" "$(yes_if test "$(kv "$c" transport)" = verbs -a "$(kv "$s" transport)" = verbs)" \
+		"client $(kv "$c" transport), server $(kv "$s" transport)"
+	check "gone: close within ${gone_bound} ms" "$(yes_if test "$(kv "$c" rc)" = 0 -a -n "$ms" -a "${ms:-99999}" -le "$gone_bound")" \
+		"close took ${ms:-?} ms (rc $(kv "$c" rc); the client process ran $(kv "$c" total_s) s, its exit waiting out the flush): $(kv "$c" log)"
 fi
 
 for g in a b; do

@@ -3,10 +3,13 @@
 // half-close, errors, and the flags a byte stream must honour.
 #include <gtest/gtest.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
+#include <climits>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -17,6 +20,7 @@
 #include "conn/deferred_close.h"
 #include "discovery/registry.h"
 #include "shm/rendezvous.h"
+#include "util/misc.h"
 #include "wire/wire.h"
 #include "loopback_pair.h"
 
@@ -414,6 +418,87 @@ TEST(Connection, ClientClosedBeforeTheAckGetsNoneAndIsLetGo) {
   EXPECT_STREQ(server->transport_name(), "tcp:setup-failed");
   deferred_close::reap();  // the refusal is on the rendezvous
   EXPECT_FALSE(deferred_close::any());
+}
+
+// A close whose verbs writes are still in flight (Connection::Drain::
+// kFlushing): the socket is held open (no FIN) while the flush is looked at
+// in the background; once it is done the connection is let go first, then
+// the duplicate closed (the FIN). One that never finishes goes at its
+// deadline.
+struct FakeFlush {
+  std::atomic<int> looks{0};
+  std::atomic<int> done_after{3};  // looks
+  std::atomic<bool> released{false};
+  std::atomic<int> fin_at_release{-1};  // the peer saw EOF when we let go: 1
+  int peer = -1;
+  static bool step(void* ctx, int) {
+    auto* f = static_cast<FakeFlush*>(ctx);
+    return ++f->looks >= f->done_after.load();
+  }
+  static void release(void* ctx) {
+    auto* f = static_cast<FakeFlush*>(ctx);
+    char b;
+    f->fin_at_release = recv(f->peer, &b, 1, MSG_DONTWAIT | MSG_PEEK) == 0 ? 1 : 0;
+    f->released = true;
+  }
+};
+
+bool eof_within(int fd, int ms) {
+  pollfd p{fd, POLLIN, 0};
+  char b;
+  return poll(&p, 1, ms) == 1 && recv(fd, &b, 1, MSG_DONTWAIT) == 0;
+}
+
+TEST(DeferredClose, FlushingSocketClosesOnlyOnceTheFlushIsDone) {
+  TcpPair t;
+  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  f.peer = t.server;
+  f.done_after = 40;  // about 40 ms of looks
+  deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
+  ASSERT_TRUE(deferred_close::hold_flushing(t.client, what, now_ns() + 5'000'000'000ull, 1, 0));
+  EXPECT_TRUE(deferred_close::any());
+  close(t.client);  // the program's number; the duplicate keeps the connection
+  t.client = -1;
+  EXPECT_FALSE(eof_within(t.server, 10));  // no FIN while the flush runs
+  EXPECT_TRUE(eof_within(t.server, 3000));
+  EXPECT_TRUE(f.released);
+  EXPECT_EQ(f.fin_at_release, 0);  // let go before the FIN
+  EXPECT_GE(f.looks, 40);
+  for (int i = 0; i < 100 && deferred_close::any(); ++i) usleep(1000);
+  EXPECT_FALSE(deferred_close::any());
+}
+
+TEST(DeferredClose, FlushingSocketGoesAtItsDeadline) {
+  TcpPair t;
+  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  f.peer = t.server;
+  f.done_after = INT_MAX;  // a peer host that never answers
+  deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
+  uint64_t start = now_ns();
+  ASSERT_TRUE(deferred_close::hold_flushing(t.client, what, start + 100'000'000ull, 1, 0));
+  close(t.client);
+  t.client = -1;
+  EXPECT_TRUE(eof_within(t.server, 3000));
+  uint64_t took = now_ns() - start;
+  EXPECT_GE(took, 100'000'000ull);
+  EXPECT_LT(took, 2'000'000'000ull);
+  EXPECT_TRUE(f.released);
+}
+
+// exec and exit wait for it (close-on-exec would drop the duplicate).
+TEST(DeferredClose, FinishAllWaitsForFlushes) {
+  TcpPair t;
+  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  f.peer = t.server;
+  f.done_after = 30;
+  deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
+  ASSERT_TRUE(deferred_close::hold_flushing(t.client, what, now_ns() + 5'000'000'000ull, 1, 0));
+  close(t.client);
+  t.client = -1;
+  deferred_close::finish_all();
+  EXPECT_TRUE(f.released);
+  EXPECT_FALSE(deferred_close::any());
+  EXPECT_TRUE(eof_within(t.server, 1000));
 }
 
 TEST(Wire, HelloWithOnlyOptionalFlagsIsUnderstood) {

@@ -14,6 +14,9 @@
 #   catkill the same with rdma_send (killed, then surviving) and rdma_recv over
 #           verbs: the survivor must exit 1 with its message
 #   sfirst  a server that speaks first, 100 connections each (see part_sfirst)
+#   gone    a client closes while the server's host is unreachable (its link
+#           down, guest/close_host_gone.py): the close must not wait for
+#           confirmations; last, since guest a's link is down for a while
 # Prints "@ KEY k=v ... json=..." lines; the host pairs and judges them.
 # env: CROSS_PEERS (RDMASHIM_PEERS for rdmashim clients, default 10.77.0.0/24;
 #      "none": rely on discovery), MATRIX_BYTES, LARGE_BYTES, KILL_AFTER (s)
@@ -330,6 +333,23 @@ part_catkill() {
 	fi
 }
 
+# -------------------------------------------------------------------- gone ---
+part_gone() {
+	local t0 t1
+	if [[ $role == a ]]; then
+		RDMASHIM_TRANSPORT=verbs timeout 60 "${SHIM[@]}" python3 "$STAGE_DIR/guest/close_host_gone.py" server 18820 4 \
+			>gone.out 2>gone.log
+		say "gone.server rc=$? $(grep -o 'down_ok=[0-9]' gone.out) transport=$(transport_of gone.log) log=$(oneline gone.log)"
+	else
+		t0=$(now)
+		RDMASHIM_TRANSPORT=verbs timeout 60 "${peer_env[@]}" "${SHIM[@]}" python3 "$STAGE_DIR/guest/close_host_gone.py" \
+			client "$server_ip" 18820 65536 >gone.out 2>gone.log
+		local rc=$?
+		t1=$(now)
+		say "gone.client rc=$rc $(grep -o 'close_ms=[0-9]*' gone.out) total_s=$(elapsed "$t0" "$t1") transport=$(transport_of gone.log) log=$(oneline gone.log)"
+	fi
+}
+
 for part in "${@:-matrix large kill catkill}"; do
 	for p in $part; do
 		case $p in
@@ -339,6 +359,7 @@ for part in "${@:-matrix large kill catkill}"; do
 		catkill) part_catkill ;;
 		cmfaults) part_cmfaults ;;
 		sfirst) part_sfirst ;;
+		gone) part_gone ;;
 		*) say "error unknown-part=$p" ;;
 		esac
 	done
