@@ -27,7 +27,11 @@
                                          and echoes BYTES on it (timed);
                                          MANY_CONNS_PIPELINE=1: BYTES sent on
                                          every connection before any echo is
-                                         read (BYTES must fit the ring)
+                                         read (BYTES must fit the ring);
+                                         MANY_CONNS_GO=FILE: touches
+                                         FILE.ready, then connects only once
+                                         FILE exists (the interpreter's start,
+                                         seconds in a TCG guest, not timed)
 
 The client prints {"connections": N, "exact": bool, "open_s": S, "rss_kb": K,
 "close_s": C, "again_s": A, "again_exact": bool} (rss_kb: its resident memory
@@ -117,6 +121,11 @@ def rss_kb():
 
 
 def client(host, port, n, nbytes, mark, secs, again=0):
+    go = os.environ.get("MANY_CONNS_GO")
+    if go:
+        open(go + ".ready", "w").close()
+        while not os.path.exists(go):
+            time.sleep(0.01)
     t0 = time.monotonic()
     conns = []
     for i in range(n):
