@@ -27,6 +27,7 @@
 #include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/thread.h"
@@ -67,10 +68,16 @@ bool in(int fd, unsigned first, unsigned last) {
   return fd >= 0 && static_cast<unsigned>(fd) >= first && static_cast<unsigned>(fd) <= last;
 }
 
-// A duplicate of fd away from [first, last], close-on-exec; high, so the
-// program's lowest-free numbers stay as they were without us (capped: a
-// huge RLIMIT_NOFILE must not grow the descriptor table to match).
+// A duplicate of fd, close-on-exec, where rdmashim keeps its own descriptors
+// (util/fd_budget.h: above the soft limit, else in the top of the range), so
+// a held socket takes none of the program's numbers (no EMFILE it would not
+// have had), and close_range()/closefrom() spare it. Where that has no room:
+// away from [first, last] and high, so the program's lowest-free numbers stay
+// as they were without us (capped: a huge RLIMIT_NOFILE must not grow the
+// descriptor table to match). Closed with fds::close().
 int dup_away(int fd, unsigned first, unsigned last) {
+  int d = sys::real().fcntl(fd, F_DUPFD_CLOEXEC, 0);
+  if (d >= 0 && fds::keep(&d, 1)) return d;
   constexpr rlim_t kHighCap = 1024;
   rlimit rl{};
   long base = fd + 1;
@@ -78,7 +85,7 @@ int dup_away(int fd, unsigned first, unsigned last) {
   long bases[2] = {base, last < INT_MAX ? static_cast<long>(last) + 1 : -1};
   for (long b : bases) {
     if (b < 0 || b > INT_MAX) continue;
-    int d = sys::real().fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(b));
+    d = sys::real().fcntl(fd, F_DUPFD_CLOEXEC, static_cast<int>(b));
     if (d < 0) continue;
     if (!in(d, first, last)) return d;
     sys::real().close(d);
@@ -128,8 +135,8 @@ bool unanswerable(const Held& h) {
 }
 
 void release(Held& h) {
-  sys::real().close(h.fd);
-  if (h.rendezvous >= 0) sys::real().close(h.rendezvous);
+  fds::close(h.fd);
+  if (h.rendezvous >= 0) fds::close(h.rendezvous);
 }
 
 // g_mu held.
@@ -168,7 +175,7 @@ void step_flushing_locked(uint64_t now, std::vector<Flush>* out) {
 void finish(const std::vector<Flush>& done) {
   for (const Flush& f : done) {
     f.what.release(f.what.ctx);
-    sys::real().close(f.fd);
+    fds::close(f.fd);
   }
 }
 
@@ -233,7 +240,7 @@ bool hold_flushing(int fd, Flushing what, uint64_t deadline, unsigned avoid_firs
   int d = dup_away(fd, avoid_first, avoid_last);
   if (d < 0) return false;
   if (!g_flusher && !start_background_thread(flush_loop, nullptr)) {
-    sys::real().close(d);
+    fds::close(d);
     return false;
   }
   g_flusher = true;
@@ -305,7 +312,7 @@ void vacate(unsigned first, unsigned last) {
     Held& h = l[i];
     if (in(h.rendezvous, first, last)) {
       int d = dup_away(h.rendezvous, first, last);
-      sys::real().close(h.rendezvous);
+      fds::close(h.rendezvous);
       h.rendezvous = d;
     }
     if (in(h.fd, first, last)) {
@@ -317,7 +324,7 @@ void vacate(unsigned first, unsigned last) {
         l.pop_back();
         continue;
       }
-      sys::real().close(h.fd);
+      fds::close(h.fd);
       h.fd = d;
     }
     ++i;
@@ -334,7 +341,7 @@ void vacate(unsigned first, unsigned last) {
         fl.pop_back();
         continue;
       }
-      sys::real().close(f.fd);
+      fds::close(f.fd);
       f.fd = d;
     }
     ++i;
@@ -352,7 +359,7 @@ void after_fork_child() {
   if (g_owner != 0) {
     // Our copies of the duplicates; the connections are the parent's (their
     // QPs are shared with it): left alone, never let go here.
-    for (Flush& f : *g_flushing) sys::real().close(f.fd);
+    for (Flush& f : *g_flushing) fds::close(f.fd);
   }
   g_flushing->clear();
   g_flusher = false;  // threads do not survive fork

@@ -3,8 +3,9 @@
 // sends anything; here the Ack would land on a closed socket, whose kernel
 // answers with RST, and the server would lose the bytes it had not read yet
 // or see ECONNRESET where EOF was due. So the last close of such a socket
-// keeps it: the socket is duplicated at a number of its own (high, close on
-// exec), shut down for writing (the FIN leaves exactly when close() would
+// keeps it: the socket is duplicated at a number of its own (close on exec,
+// where util/fd_budget.h keeps ours: above the soft limit, so it costs the
+// program no descriptor), shut down for writing (the FIN leaves exactly when close() would
 // have sent it), and the program's number is closed and free at once. The
 // held socket is closed once the Ack came (consumed first, so no RST), the
 // server said on the rendezvous that no Ack follows (it saw our FIN first:

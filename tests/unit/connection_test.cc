@@ -1,9 +1,11 @@
 // The connection state machine end to end over real loopback TCP sockets,
 // with the shared-memory transport: handshake, switch, fallbacks, EOF and
 // half-close, errors, and the flags a byte stream must honour.
+#include <fcntl.h>
 #include <gtest/gtest.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -497,6 +499,45 @@ TEST(DeferredClose, FinishAllWaitsForFlushes) {
   t.client = -1;
   deferred_close::finish_all();
   EXPECT_TRUE(f.released);
+  EXPECT_FALSE(deferred_close::any());
+  EXPECT_TRUE(eof_within(t.server, 1000));
+}
+
+// How many more descriptors this process can open before EMFILE.
+int descriptors_left() {
+  std::vector<int> got;
+  for (int fd; (fd = open("/dev/null", O_RDONLY | O_CLOEXEC)) >= 0;) got.push_back(fd);
+  for (int fd : got) close(fd);
+  return static_cast<int>(got.size());
+}
+
+// A held socket sits where rdmashim keeps its own descriptors (above the
+// soft limit): the program closed its number and may use it, and one more,
+// exactly as on TCP. (Before: the duplicate took one of the program's
+// numbers, so a server at its limit met EMFILE one accept sooner per held
+// socket.)
+TEST(DeferredClose, HeldSocketTakesNoneOfTheProgramsDescriptors) {
+  rlimit old{};
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &old), 0);
+  if (old.rlim_max != RLIM_INFINITY && old.rlim_max < 1024) GTEST_SKIP() << "hard RLIMIT_NOFILE below 1024: no room above the soft limit";
+  TcpPair t;
+  static FakeFlush f;
+  f.peer = t.server;
+  f.done_after = INT_MAX;  // held until told
+  rlimit low = old;
+  low.rlim_cur = 128;
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  int before = descriptors_left();
+  deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
+  bool held = deferred_close::hold_flushing(t.client, what, now_ns() + 5'000'000'000ull, 1, 0);
+  close(t.client);
+  t.client = -1;
+  int after = descriptors_left();
+  f.done_after = 0;
+  for (int i = 0; i < 1000 && deferred_close::any(); ++i) usleep(1000);
+  setrlimit(RLIMIT_NOFILE, &old);
+  ASSERT_TRUE(held);
+  EXPECT_EQ(after, before + 1);
   EXPECT_FALSE(deferred_close::any());
   EXPECT_TRUE(eof_within(t.server, 1000));
 }
