@@ -4,17 +4,25 @@
 # forked server, both under rdmashim) against plain TCP.
 #
 #   syscalls  system calls per connection, both processes (strace -f -c):
-#             rdmashim's may exceed TCP's by at most MAX_EXTRA (4). Before
-#             the short-connection policy every connection went through
-#             discovery, Hello/Ack and a segment handover: about 81 more
-#             than TCP's 12. The first connections must still upgrade.
+#             rdmashim's may exceed TCP's by at most MAX_EXTRA (1: the
+#             server's MSG_PEEK for a Hello; the client's getsockopt
+#             (SO_PROTOCOL) is skipped for sockets its socket() made, 2
+#             before). Before the short-connection policy every connection
+#             went through discovery, Hello/Ack and a segment handover:
+#             about 81 more than TCP's 12. The first connections must still
+#             upgrade.
 #   policy    with RDMASHIM_LOG=info: the first connections still upgrade
 #             (shm on both sides), then the client reports
 #             "tcp:policy (short connections)" (the server sees a plain
 #             client) for nearly all; a long-lived ping-pong right after
 #             in a new process still upgrades on both sides.
+#   udp       one process makes short TCP connections to a server until the
+#             policy keeps them plain, then connects a UDP socket to the same
+#             address and port: the UDP socket is not a TCP connection, so no
+#             "tcp:policy" line may name it (the short path trusts what
+#             socket() made, and must not take a datagram socket for TCP).
 #
-# usage: short_conns.sh syscalls|policy   (env: RDMASHIM_BUILD)
+# usage: short_conns.sh syscalls|policy|udp   (env: RDMASHIM_BUILD)
 set -euo pipefail
 mode=$1
 build=${RDMASHIM_BUILD:?set RDMASHIM_BUILD to the build folder}
@@ -28,7 +36,7 @@ syscalls)
   source "$(dirname "$0")/../../scripts/lib.sh"
   command -v strace >/dev/null || ensure_packages strace >/dev/null 2>&1 ||
     { echo "SKIP: strace is missing and cannot be installed"; exit 77; }
-  max_extra=${MAX_EXTRA:-4}
+  max_extra=${MAX_EXTRA:-1}
   # Cheap because the upgrade is skipped, not because it is off: the first
   # connections must still take shm (so this fails with RDMASHIM_TRANSPORT=tcp).
   RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects 20 >/dev/null 2>"$work/err"
@@ -81,5 +89,41 @@ policy)
     fail "a long-lived ping-pong did not upgrade"
   echo "ok: a long-lived connection still upgrades"
   ;;
-*) echo "usage: $0 syscalls|policy" >&2; exit 2 ;;
+udp)
+  cat >"$work/udp.py" <<'PY'
+import socket, sys, threading
+ls = socket.socket()
+ls.bind(("127.0.0.1", 0))
+ls.listen(64)
+port = ls.getsockname()[1]
+def serve():
+    while True:
+        c, _ = ls.accept()
+        c.sendall(c.recv(64) or b"")
+        c.close()
+threading.Thread(target=serve, daemon=True).start()
+for _ in range(40):  # short: the policy keeps the later ones plain
+    s = socket.create_connection(("127.0.0.1", port))
+    s.sendall(b"x")
+    s.recv(64)
+    s.close()
+u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("udp fd", u.fileno(), file=sys.stderr, flush=True)
+u.connect(("127.0.0.1", port))
+u.send(b"y")
+u.close()
+PY
+  RDMASHIM_LOG=info "$bin/rdmashim" run -- python3 "$work/udp.py" 2>"$work/err" || { cat "$work/err"; fail "the script failed"; }
+  ufd=$(sed -n 's/^udp fd \([0-9]*\)$/\1/p' "$work/err")
+  short=$(grep -c '(client) -> tcp:policy (short connections)$' "$work/err" || true)
+  [ -n "$ufd" ] || { cat "$work/err"; fail "no UDP descriptor printed"; }
+  [ "$short" -ge 1 ] || { cat "$work/err"; fail "the policy never kept a TCP connection plain (nothing tested)"; }
+  # The UDP socket is the last socket made, its number printed before its
+  # connect(): a line after that naming the number would be about it.
+  if sed -n "/^udp fd $ufd\$/,\$p" "$work/err" | grep -q "fd $ufd (client) -> "; then
+    cat "$work/err"; fail "the UDP socket (fd $ufd) was taken for a TCP connection"
+  fi
+  echo "ok: $short short TCP connections kept plain, the UDP socket to the same address left alone"
+  ;;
+*) echo "usage: $0 syscalls|policy|udp" >&2; exit 2 ;;
 esac
