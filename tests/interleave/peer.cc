@@ -20,6 +20,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/uio.h>
 #include <time.h>
 #include <unistd.h>
@@ -318,7 +319,21 @@ void run_nonblocking(Conn& c, Io io) {
       if (n == 0) {
         // Nothing in a plan waits a second: under --downgrades (INTERLEAVE_STRICT_IDLE)
         // a wait that long is a lost wakeup, even if a timeout would recover it.
-        if (getenv("INTERLEAVE_STRICT_IDLE")) fail("no readiness for 1 s (%s, want %d)", io_name(io), want);
+        if (getenv("INTERLEAVE_STRICT_IDLE")) {
+          // What each layer says now tells a lost edge (the kernel and our
+          // poll see bytes, the wait did not report them) from bytes that
+          // never came.
+          pollfd ours{c.fd_, POLLIN, 0};
+          int ours_n = poll(&ours, 1, 0);
+          pollfd kernel{c.fd_, POLLIN, 0};
+          timespec zero{0, 0};
+          long kernel_n = syscall(SYS_ppoll, &kernel, 1, &zero, nullptr, 8);
+          int queued = -1;
+          syscall(SYS_ioctl, c.fd_, FIONREAD, &queued);
+          fail("no readiness for 1 s (%s, want %d) after %llu bytes in; now our poll %d (%#x), the kernel's %ld (%#x), "
+               "%d bytes queued in the kernel",
+               io_name(io), want, Conn::ull(c.rx_), ours_n, ours.revents, kernel_n, kernel.revents, queued);
+        }
         if ((idle_ms += 1000) >= 8000) fail("no readiness for 8 s (%s, want %d)", io_name(io), want);
         continue;
       }
