@@ -1,7 +1,7 @@
 // One side of the soak (tests/soak/soak.py runs two servers and two clients,
 // each with or without rdmashim):
 //   soak_peer server --port-file F --stats-file S
-//   soak_peer client --ports P1,P2 --conns N --seconds T --seed X --stats-file S
+//   soak_peer client --ports P1,P2 --conns N --seconds T --seed X --stats-file S [--then-idle 1]
 // A client keeps N connections open, each to a random server: it sends a
 // header {seed, up_len, down_len}, then up_len bytes of the PRNG stream
 // `seed` in random-sized writes, while the server answers down_len bytes of
@@ -9,8 +9,14 @@
 // own copy of the stream. Some clients close at a random point instead
 // (plain close or RST); then they reconnect. Single-threaded, non-blocking,
 // epoll (level-triggered). Every second the process rewrites its stats file
-// (one JSON line); it exits 1 if any byte was wrong.
+// (one JSON line); it exits 1 if any byte was wrong. With --then-idle, a
+// client whose sessions are all done says so in its stats ("idle") and waits
+// for SIGTERM, so that soak.py can count what it still holds against what it
+// held after one empty session with each server ("start_fds", "start_maps":
+// what the first connection loads, such as rdmashim's verbs libraries, is
+// in both counts).
 #include <arpa/inet.h>
+#include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -92,6 +98,25 @@ struct Totals {
 } g;
 std::string g_stats_file;
 volatile sig_atomic_t g_stop = 0;
+int g_start_fds = -1, g_start_maps = -1;
+bool g_idle = false;
+
+// Entries of /proc/self/fd (less the one counting them) or lines of /proc/self/maps.
+int count_own(bool maps) {
+  int n = 0;
+  if (maps) {
+    FILE* f = fopen("/proc/self/maps", "r");
+    if (!f) return -1;
+    for (int ch; (ch = fgetc(f)) != EOF;) n += ch == '\n';
+    fclose(f);
+    return n;
+  }
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  while (dirent* e = readdir(d)) n += e->d_name[0] != '.';
+  closedir(d);
+  return n - 1;
+}
 
 void write_stats(int live) {
   std::string tmp = g_stats_file + ".tmp";
@@ -99,10 +124,11 @@ void write_stats(int live) {
   if (!f) return;
   fprintf(f,
           "{\"bytes_checked\":%llu,\"bytes_sent\":%llu,\"sessions\":%llu,\"completed\":%llu,\"aborted\":%llu,"
-          "\"errors\":%llu,\"connect_failed\":%llu,\"live\":%d}\n",
+          "\"errors\":%llu,\"connect_failed\":%llu,\"live\":%d,\"idle\":%s,\"start_fds\":%d,"
+          "\"start_maps\":%d}\n",
           (unsigned long long)g.checked, (unsigned long long)g.sent, (unsigned long long)g.sessions,
           (unsigned long long)g.completed, (unsigned long long)g.aborted, (unsigned long long)g.errors,
-          (unsigned long long)g.connect_failed, live);
+          (unsigned long long)g.connect_failed, live, g_idle ? "true" : "false", g_start_fds, g_start_maps);
   fclose(f);
   rename(tmp.c_str(), g_stats_file.c_str());
 }
@@ -253,6 +279,25 @@ void add(std::unique_ptr<Conn> c) {
   g_conns[c->fd] = std::move(c);
 }
 
+// One empty session with each server (header {0, 0, 0}, our FIN, its FIN),
+// blocking, before the counts the idle client is held to.
+bool warm_up(const std::vector<int>& ports) {
+  for (int port : ports) {
+    int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    a.sin_port = htons(static_cast<uint16_t>(port));
+    unsigned char hdr[24] = {}, b[64];
+    bool ok = fd >= 0 && connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+              send(fd, hdr, sizeof hdr, MSG_NOSIGNAL) == sizeof hdr && shutdown(fd, SHUT_WR) == 0 &&
+              recv(fd, b, sizeof b, 0) == 0;
+    if (fd >= 0) close(fd);
+    if (!ok) return false;
+  }
+  return true;
+}
+
 bool open_client(const std::vector<int>& ports) {
   int fd = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
   if (fd < 0) return false;
@@ -295,12 +340,14 @@ int main(int argc, char** argv) {
   std::vector<int> ports;
   int conns = 50;
   double seconds = 60;
+  bool then_idle = false;
   for (int i = 2; i + 1 < argc; i += 2) {
     std::string k = argv[i], v = argv[i + 1];
     if (k == "--port-file") port_file = v;
     else if (k == "--stats-file") g_stats_file = v;
     else if (k == "--conns") conns = atoi(v.c_str());
     else if (k == "--seconds") seconds = atof(v.c_str());
+    else if (k == "--then-idle") then_idle = v == "1";
     else if (k == "--seed") g_rng = strtoull(v.c_str(), nullptr, 0);
     else if (k == "--ports") {
       for (char* p = &v[0]; *p;) {
@@ -341,6 +388,14 @@ int main(int argc, char** argv) {
   } else if (role != "client" || ports.empty()) {
     fprintf(stderr, "usage: see the top of soak_peer.cc\n");
     return 2;
+  }
+  if (then_idle) {
+    if (role == "client" && !warm_up(ports)) {
+      perror("soak_peer client: warm-up session");
+      return 1;
+    }
+    g_start_fds = count_own(false);
+    g_start_maps = count_own(true);
   }
   double start = now_s(), last_stats = 0;
   bool draining = false;  // client: the time is up, the open sessions finish
@@ -387,6 +442,8 @@ int main(int argc, char** argv) {
       }
     }
   }
+  g_idle = then_idle && g_conns.empty();
   write_stats(static_cast<int>(g_conns.size()));
+  for (double t0 = now_s(); g_idle && !g_stop && now_s() - t0 < 120;) usleep(20 * 1000);
   return g.errors ? 1 : 0;
 }
