@@ -29,6 +29,7 @@
 #include "discovery/short_lived.h"
 #include "preload.h"
 #include "util/config.h"
+#include "util/fd_bitmap.h"
 #include "util/fd_budget.h"
 #include "util/log.h"
 #include "util/misc.h"
@@ -60,31 +61,7 @@ bool is_tcp_socket(int fd) {
 // line in the log and the stats, never a byte: the upgrade path always asks
 // the kernel (is_tcp_for_connect). Bits are cleared before a number is
 // closed, so another thread's socket() never loses its own.
-class TcpSockets {
- public:
-  void note(int fd, bool tcp) {
-    if (fd < 0 || static_cast<unsigned>(fd) >= kBits) return;
-    uint64_t bit = uint64_t{1} << (fd % 64);
-    if (tcp) words_[fd / 64].fetch_or(bit, std::memory_order_relaxed);
-    else if (words_[fd / 64].load(std::memory_order_relaxed) & bit) words_[fd / 64].fetch_and(~bit, std::memory_order_relaxed);
-  }
-  bool has(int fd) const {
-    return fd >= 0 && static_cast<unsigned>(fd) < kBits && ((words_[fd / 64].load(std::memory_order_relaxed) >> (fd % 64)) & 1);
-  }
-  void forget(unsigned first, unsigned last) {
-    for (unsigned w = first / 64; w < kBits / 64 && w <= last / 64; ++w) {
-      uint64_t mask = ~uint64_t{0};
-      if (w == first / 64) mask &= ~uint64_t{0} << (first % 64);
-      if (w == last / 64 && last % 64 != 63) mask &= (uint64_t{1} << (last % 64 + 1)) - 1;
-      if (words_[w].load(std::memory_order_relaxed) & mask) words_[w].fetch_and(~mask, std::memory_order_relaxed);
-    }
-  }
-
- private:
-  static constexpr unsigned kBits = 1u << 20;  // the kernel's default nr_open; zero pages until used
-  std::atomic<uint64_t> words_[kBits / 64]{};
-};
-TcpSockets g_tcp_sockets;
+FdBitmap g_tcp_sockets;
 
 // connect() to an AF_INET/AF_INET6 address: the protocol alone says TCP (it
 // implies a stream of an INET family; a socket of another family with that
@@ -371,8 +348,12 @@ extern "C" {
 
 int socket(int domain, int type, int protocol) {
   int fd = real().socket(domain, type, protocol);
-  g_tcp_sockets.note(fd, (domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
-                             (protocol == 0 || protocol == IPPROTO_TCP));
+  if ((domain == AF_INET || domain == AF_INET6) && (type & 0xf) == SOCK_STREAM &&
+      (protocol == 0 || protocol == IPPROTO_TCP)) {
+    g_tcp_sockets.set(fd);
+  } else {
+    g_tcp_sockets.clear(fd);
+  }
   return fd;
 }
 
@@ -472,7 +453,7 @@ int close(int fd) {
     deferred_close::reap();
   }
   Entry* e = forget_before_close(fd, static_cast<unsigned>(fd), static_cast<unsigned>(fd));
-  g_tcp_sockets.note(fd, false);
+  g_tcp_sockets.clear(fd);
   int r = real().close(fd);
   release_after_close(e);
   return r;
@@ -495,7 +476,7 @@ int close_range(unsigned int first, unsigned int last, int flags) {
   if (missing || first > last || (flags & ~CLOSE_RANGE_UNSHARE) != 0) return call();
   if (deferred_close::any()) deferred_close::vacate(first, last);
   std::vector<Entry*> gone = forget_range(first, last);
-  g_tcp_sockets.forget(first, last);
+  g_tcp_sockets.clear_range(first, last);
   // Our own descriptors in the range (a connection's doorbells) stay open:
   // the program closes what it opened.
   struct Ctx {
@@ -516,7 +497,7 @@ void closefrom(int lowfd) {
   if (lowfd < 0) lowfd = 0;
   if (deferred_close::any()) deferred_close::vacate(static_cast<unsigned>(lowfd), ~0U);
   std::vector<Entry*> gone = forget_range(static_cast<unsigned>(lowfd), ~0U);
-  g_tcp_sockets.forget(static_cast<unsigned>(lowfd), ~0U);
+  g_tcp_sockets.clear_range(static_cast<unsigned>(lowfd), ~0U);
   // As close_range: ours stay. Below the last of ours one gap at a time
   // (close_range, else each number), then glibc's closefrom for the rest.
   fds::for_each_gap(static_cast<unsigned>(lowfd), ~0U, [](unsigned a, unsigned b, void* c) {
@@ -565,12 +546,12 @@ static void vacate_for(int oldfd, int newfd) {
 
 int dup2(int oldfd, int newfd) {
   vacate_for(oldfd, newfd);
-  if (oldfd != newfd) g_tcp_sockets.note(newfd, false);
+  if (oldfd != newfd) g_tcp_sockets.clear(newfd);
   return dup_onto(oldfd, newfd, real().dup2(oldfd, newfd));
 }
 int dup3(int oldfd, int newfd, int flags) {
   vacate_for(oldfd, newfd);
-  if (oldfd != newfd) g_tcp_sockets.note(newfd, false);
+  if (oldfd != newfd) g_tcp_sockets.clear(newfd);
   return dup_onto(oldfd, newfd, real().dup3(oldfd, newfd, flags));
 }
 

@@ -304,45 +304,45 @@ bool owns(int fd) {
   return false;
 }
 
+namespace {
+// `fd`, if in [first, last], moves to a number outside it. false: nowhere to go.
+bool move_away(int& fd, unsigned first, unsigned last) {
+  if (!in(fd, first, last)) return true;
+  int d = dup_away(fd, first, last);
+  if (d < 0) return false;
+  fds::close(fd);
+  fd = d;
+  return true;
+}
+}  // namespace
+
 void vacate(unsigned first, unsigned last) {
   std::lock_guard<std::mutex> lock(*g_mu);
   if (!mine()) return;
   auto& l = *g_list;
   for (size_t i = 0; i < l.size();) {
     Held& h = l[i];
-    if (in(h.rendezvous, first, last)) {
-      int d = dup_away(h.rendezvous, first, last);
+    if (!move_away(h.rendezvous, first, last)) {  // only the refusal is lost
       fds::close(h.rendezvous);
-      h.rendezvous = d;
+      h.rendezvous = -1;
     }
-    if (in(h.fd, first, last)) {
-      int d = dup_away(h.fd, first, last);
-      if (d < 0) {  // nowhere to go: let go now (an Ack landing later draws the RST)
-        done(h, now_ns());
-        release(h);
-        l[i] = l.back();
-        l.pop_back();
-        continue;
-      }
-      fds::close(h.fd);
-      h.fd = d;
+    if (!move_away(h.fd, first, last)) {  // let go now (an Ack landing later draws the RST)
+      done(h, now_ns());
+      release(h);
+      l[i] = l.back();
+      l.pop_back();
+      continue;
     }
     ++i;
   }
   std::vector<Flush> gone;
   auto& fl = *g_flushing;
   for (size_t i = 0; i < fl.size();) {
-    Flush& f = fl[i];
-    if (in(f.fd, first, last)) {
-      int d = dup_away(f.fd, first, last);
-      if (d < 0) {  // nowhere to go: let go now, our FIN maybe ahead of writes in flight
-        gone.push_back(f);
-        fl[i] = fl.back();
-        fl.pop_back();
-        continue;
-      }
-      fds::close(f.fd);
-      f.fd = d;
+    if (!move_away(fl[i].fd, first, last)) {  // let go now, our FIN maybe ahead of writes in flight
+      gone.push_back(fl[i]);
+      fl[i] = fl.back();
+      fl.pop_back();
+      continue;
     }
     ++i;
   }

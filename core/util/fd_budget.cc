@@ -9,6 +9,7 @@
 #include <mutex>
 
 #include "sys/sys.h"
+#include "util/fd_bitmap.h"
 #include "util/process.h"
 
 namespace rdmashim::fds {
@@ -24,15 +25,13 @@ constexpr rlim_t kMinZone = 8;
 std::mutex g_mu;  // one raise-and-restore at a time
 std::atomic<int> g_promised{0};  // see Promise
 
-// Which descriptors are ours: a bitmap over the kernel's default nr_open
-// (128 KiB of zero pages until used); numbers beyond it are not tracked.
-constexpr unsigned kTracked = 1u << 20;
-std::atomic<uint64_t> g_ours[kTracked / 64];
+// Which descriptors are ours (numbers beyond the bitmap are not tracked).
+FdBitmap g_ours;
 std::atomic<unsigned> g_highest{0};  // bound for scans: no bit above it
 
 void mark(int fd) {
-  if (fd < 0 || static_cast<unsigned>(fd) >= kTracked) return;
-  g_ours[fd / 64].fetch_or(uint64_t{1} << (fd % 64), std::memory_order_relaxed);
+  if (fd < 0 || static_cast<unsigned>(fd) >= FdBitmap::kBits) return;
+  g_ours.set(fd);
   unsigned h = g_highest.load(std::memory_order_relaxed);
   while (h < static_cast<unsigned>(fd) &&
          !g_highest.compare_exchange_weak(h, static_cast<unsigned>(fd), std::memory_order_relaxed)) {
@@ -120,24 +119,21 @@ void hold_for_fork() { g_mu.lock(); }
 void release_after_fork() { g_mu.unlock(); }
 
 bool is_ours(int fd) {
-  if (fd < 0 || static_cast<unsigned>(fd) >= kTracked) return false;
-  return (g_ours[fd / 64].load(std::memory_order_relaxed) >> (fd % 64)) & 1;
+  return g_ours.has(fd);
 }
 
 void adopt(int fd) { mark(fd); }
 
 void close(int fd) {
-  if (fd >= 0 && static_cast<unsigned>(fd) < kTracked) {
-    g_ours[fd / 64].fetch_and(~(uint64_t{1} << (fd % 64)), std::memory_order_relaxed);
-  }
+  g_ours.clear(fd);
   sys::real().close(fd);
 }
 
 int for_each_gap(unsigned first, unsigned last, int (*fn)(unsigned, unsigned, void*), void* ctx) {
   unsigned stop = std::min(last, g_highest.load(std::memory_order_relaxed));
   unsigned from = first;
-  for (unsigned fd = first; fd <= stop && fd < kTracked; ++fd) {
-    if (fd % 64 == 0 && g_ours[fd / 64].load(std::memory_order_relaxed) == 0) {
+  for (unsigned fd = first; fd <= stop && fd < FdBitmap::kBits; ++fd) {
+    if (fd % 64 == 0 && g_ours.word_empty(fd)) {
       fd += 63;  // a word with none of ours
       continue;
     }
