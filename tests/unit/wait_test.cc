@@ -23,6 +23,12 @@
 namespace rdmashim {
 namespace {
 
+// Longer than the spinner's idle reset (5 ms) as its coarse clock sees it:
+// that clock lags a tick (4 ms here) behind after the CPU idled, so a 10 ms
+// sleep read as 4 ms in 2 of 300 tries, and a test that slept 10 ms to be
+// "fresh" failed now and then (CI, ASan).
+constexpr useconds_t kPastIdleResetUs = 20'000;
+
 using shm::Segment;
 using shm::ShmLink;
 
@@ -208,7 +214,7 @@ TEST(Spin, PreemptionBacksOffAndIdleResets) {
       Spinner s;
       EXPECT_FALSE(s.spinning()) << "a preempted spinner sleeps at once for a while (turn " << i << ")";
     }
-    usleep(10'000);  // quiet for longer than the idle reset
+    usleep(kPastIdleResetUs);  // quiet for longer than the idle reset
     Spinner s;
     EXPECT_TRUE(s.spinning()) << "a thread back from idle gets the fast path";
     s.found();
@@ -226,7 +232,7 @@ TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
     // rightly ends it early) lasts the budget, and not much more.
     uint64_t longest = 0;
     for (int i = 0; i < 5; ++i) {
-      usleep(10'000);  // back to a fresh thread's state
+      usleep(kPastIdleResetUs);  // back to a fresh thread's state
       Spinner s;
       ASSERT_TRUE(s.spinning());
       uint64_t t0 = now_ns();
@@ -243,7 +249,7 @@ TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
     // How many waits sleep at once before one spins again: 1 after a spin
     // that ran out of budget, 8 or more after one that lost its CPU.
     auto skips_after = [](bool yield, useconds_t gap) {
-      usleep(10'000);  // idle: a fresh start
+      usleep(kPastIdleResetUs);  // idle: a fresh start
       {
         Spinner s;
         EXPECT_TRUE(s.keep_going());  // the clock starts
@@ -329,7 +335,7 @@ TEST(Spin, SandboxedNeverSpins) {
     int saved = g_sandbox.load();
     for (Sandbox sb : {Sandbox::kInherited, Sandbox::kInstalling}) {
       g_sandbox.store(static_cast<int>(sb));
-      usleep(10'000);  // past the idle reset: a fresh thread's fast path
+      usleep(kPastIdleResetUs);  // past the idle reset: a fresh thread's fast path
       for (int i = 0; i < 4; ++i) {
         Spinner s;
         EXPECT_FALSE(s.spinning()) << "sandbox " << static_cast<int>(sb) << ", turn " << i;
