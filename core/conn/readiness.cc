@@ -40,19 +40,27 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   // the link's own work, not a preemption: counting it as one would make
   // every wait sleep (a fifth of the rate). Otherwise a yield now and then
   // lets a runnable peer on our core go first.
+  // A peer on our own CPU (the scheduler keeps a waking pair together for
+  // a while, tens of ms on these VMs) runs only when we yield: then every
+  // turn yields, and the time it takes is the peer's answer, not a
+  // preemption. Looked at again every few turns: either of us may move.
   const bool yields_to_provider = link.provider_on_our_cores();
   const uint32_t yield_mask = yields_to_provider ? 15 : 1023;
   Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl));
+  bool beside_peer = spin.spinning() && link.waits_beside_peer(sched_getcpu());
   for (uint32_t i = 1; spin.spinning(); ++i) {
     if (ready()) {
       spin.found();
       return 0;
     }
-    if ((i & yield_mask) == 0) {
+    if (beside_peer || (i & yield_mask) == 0) {
       sched_yield();  // let a runnable peer (or provider) on our core go first
-      if (yields_to_provider) spin.yielded();
+      if (beside_peer || yields_to_provider) spin.yielded();
     }
-    if ((i & 63) == 0 && !spin.keep_going()) break;
+    if ((i & (beside_peer ? 3 : 63)) == 0) {
+      if (!spin.keep_going()) break;
+      beside_peer = link.waits_beside_peer(sched_getcpu());
+    }
     cpu_relax();
   }
   const unsigned what = for_write ? Link::kWaitSpace : Link::kWaitData;
@@ -283,6 +291,7 @@ unsigned Connection::arm(short events) {
   return what;
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
+bool Connection::waits_beside_peer(int cpu) { return on_ring() && ring_->link().waits_beside_peer(cpu); }
 
 // Bit 62 marks "on the ring": the ring's tail and the TCP side's count of
 // EAGAINs are different counters, and the same number in both would hide

@@ -90,6 +90,13 @@ class Link {
   // to such a provider often, and does not take that time for preemption.
   virtual bool provider_on_our_cores() const { return false; }
 
+  // A waiter about to spin (or still spinning) on `cpu` says so, and learns
+  // whether the peer's own last wait was on that same CPU: then the peer
+  // cannot answer while we hold the core, and the spin yields at every turn
+  // (a handoff of a microsecond or two, where a plain spin waits for the
+  // scheduler's time slice). Only shared memory has its peer on our cores.
+  virtual bool waits_beside_peer(int /*cpu*/) { return false; }
+
   // Bytes the producer may put now, beyond the ring's credit: a link that
   // stages writes in a smaller buffer (verbs) frees it only as its writes
   // complete. The ring's room is the smaller of both, so a writer waits for

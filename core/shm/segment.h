@@ -54,6 +54,11 @@ struct alignas(64) SideState {
   // what it is owed (a ring that landed after its sleeper left would
   // otherwise stay queued, and under edge-triggered epoll pile up).
   std::atomic<uint64_t> rings{0};
+  // The CPU this side's last waiter spun on, plus one (0: not known). Two
+  // peers the scheduler put on one core each spin against the other's turn:
+  // a spinner that sees the other's CPU equal to its own yields at every
+  // turn instead. Added in padding (an older peer leaves it 0: no version).
+  std::atomic<int32_t> cpu{0};
 };
 
 struct SegmentHeader {
@@ -73,6 +78,7 @@ static_assert(sizeof(SideState) == 192);
 static_assert(offsetof(SideState, sleepers) == 128);
 static_assert(offsetof(SideState, attached) == 136);
 static_assert(offsetof(SideState, rings) == 144);
+static_assert(offsetof(SideState, cpu) == 152);
 static_assert(offsetof(SegmentHeader, side) == 64);
 static_assert(sizeof(SegmentHeader) <= kHeaderBytes);
 static_assert(std::atomic<uint64_t>::is_always_lock_free, "cursors must be lock-free to be shared");

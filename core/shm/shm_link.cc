@@ -63,6 +63,14 @@ uint32_t sleeper_units(unsigned what) {
 
 // The segment's word tells the peer to ring; our own count (LocalState,
 // which the peer cannot write) decides who drains.
+bool ShmLink::waits_beside_peer(int cpu) {
+  if (cpu < 0) return false;
+  const int32_t tag = cpu + 1;
+  // Written only when it changes: the peer reads this line as it spins.
+  if (mine_.cpu.load(std::memory_order_relaxed) != tag) mine_.cpu.store(tag, std::memory_order_relaxed);
+  return theirs_.cpu.load(std::memory_order_relaxed) == tag;
+}
+
 void ShmLink::prepare_sleep(unsigned what) {
   uint32_t units = sleeper_units(what);
   local().sleepers.fetch_add(units, std::memory_order_relaxed);

@@ -32,6 +32,7 @@ class ShmLink final : public Link {
   int wait_fd() const override { return doorbell_.get(); }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
+  bool waits_beside_peer(int cpu) override;
 
   Segment& segment() { return *segment_; }
   void mark_attached();

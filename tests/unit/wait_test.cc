@@ -164,6 +164,20 @@ TEST(Doorbell, OwnCursorsAreNotThePeers) {
   EXPECT_EQ(p.client->own_map(), 0u);
 }
 
+// Two waiters the scheduler put on one CPU see each other through the
+// segment (then each spin yields at every turn), and only then: a CPU the
+// peer has not waited on, or one sched_getcpu could not tell, is not it.
+TEST(Doorbell, WaitersOnOneCpuSeeEachOther) {
+  Pair p;
+  EXPECT_FALSE(p.client->waits_beside_peer(3));  // the server never waited
+  EXPECT_TRUE(p.server->waits_beside_peer(3));
+  EXPECT_EQ(p.header().side[shm::kServer].cpu.load(), 4);  // the CPU + 1
+  EXPECT_FALSE(p.server->waits_beside_peer(4));  // we moved; the client did not
+  EXPECT_TRUE(p.client->waits_beside_peer(4));
+  EXPECT_FALSE(p.client->waits_beside_peer(-1));
+  EXPECT_EQ(p.header().side[shm::kClient].cpu.load(), 5);  // -1 published nothing
+}
+
 // One wait that spins until the budget runs out (nothing comes).
 bool failed_wait() {
   Spinner s;
