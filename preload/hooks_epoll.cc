@@ -384,20 +384,6 @@ bool any_on_ring(EpollSet& set, int depth) {
   return false;
 }
 
-// Whether a peer of a connection in the set last waited on `cpu`.
-bool any_beside(EpollSet& set, int cpu, int depth) {
-  std::lock_guard<std::mutex> lock(set.mu);
-  for (auto& r : set.regs) {
-    if (r->disabled) continue;
-    if (EpollSet* in = r->inner()) {
-      if (depth < kMaxEpollDepth && any_beside(*in, cpu, depth + 1)) return true;
-    } else if (r->entry->conn->waits_beside_peer(cpu)) {
-      return true;
-    }
-  }
-  return false;
-}
-
 bool any_peek(EpollSet& set) {
   std::lock_guard<std::mutex> lock(set.mu);
   for (auto& r : set.regs)
@@ -421,8 +407,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
         pollfd p{epfd, POLLIN, 0};
         return real().poll(&p, 1, 0) > 0;
       };
-      auto beside = [&](int cpu) { return any_beside(set, cpu, 1); };
-      if (spin_for(*spin, ring_ready, kernel_ready, beside)) continue;
+      if (spin_for(*spin, ring_ready, kernel_ready)) continue;
     }
 
     // Sleep on the kernel's list (plain descriptors, our tagged sockets'

@@ -137,13 +137,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       return false;
     };
     auto kernel_ready = [&] { return !all_virtual && sys::wait_as(how, k.data(), nfds, 0) > 0; };
-    auto beside = [&](int cpu) {
-      for (nfds_t v : vidx)
-        if (!virt[v]->epoll && virt[v]->conn->waits_beside_peer(cpu)) return true;
-      return false;
-    };
     std::optional<Spinner> spin;
-    if (!vidx.empty() && spin_for(spin.emplace(spin_deadline(dl)), ring_ready, kernel_ready, beside)) continue;
+    if (!vidx.empty() && spin_for(spin.emplace(spin_deadline(dl)), ring_ready, kernel_ready)) continue;
 
     // Sleep: ask every virtual peer to ring, re-check, then wait on the
     // kernel descriptors and the doorbells together. Those still in the

@@ -75,30 +75,22 @@ int sleep_with_connects(int epfd, std::vector<pollfd>& watch, int64_t dl, const 
 // thread's Spinner (util/spin.h) thinks spinning pays; kernel() is asked only
 // every few hundred turns since it costs a system call. Peers on a ring
 // answer in about a microsecond: catching that here saves the doorbell and
-// two context switches. beside(cpu) says whether a peer last waited on our
-// CPU: then it runs only when we yield, and every turn does (as
-// Connection::wait_ring). The caller passes the same Spinner on to its sleep
+// two context switches. The caller passes the same Spinner on to its sleep
 // and calls found() when that ends with something ready.
-template <typename Ready, typename Kernel, typename Beside>
-bool spin_for(Spinner& spin, Ready ready, Kernel kernel, Beside beside) {
-  bool yield_each = spin.spinning() && beside(sched_getcpu());
+template <typename Ready, typename Kernel>
+bool spin_for(Spinner& spin, Ready ready, Kernel kernel) {
   for (uint32_t i = 1; spin.spinning(); ++i) {
     if (ready()) {
       spin.found();
       return true;
     }
-    if (yield_each) {
-      sched_yield();
-      spin.yielded();
-    }
-    if ((i & (yield_each ? 15 : 255)) == 0) {
+    if ((i & 255) == 0) {
       if (kernel()) {
         spin.found();
         return true;
       }
-      if (!yield_each && (i & 4095) == 0) sched_yield();  // leave the core to a runnable peer
+      if ((i & 4095) == 0) sched_yield();  // leave the core to a runnable peer
       if (!spin.keep_going()) return false;
-      yield_each = beside(sched_getcpu());
     }
     cpu_relax();
   }

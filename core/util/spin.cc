@@ -1,5 +1,6 @@
 #include "util/spin.h"
 
+#include <sched.h>
 #include <sys/resource.h>
 
 #include <atomic>
@@ -122,6 +123,12 @@ void Spinner::yielded() {
   if (last_ != 0 && clock_cheap()) last_ = now_ns();  // the gap after the yield is measured alone
   else yielded_ = true;
   ++t_spin.yields;
+}
+
+void Spinner::yield_to_peer() {
+  ++t_spin.yields;
+  sched_yield();
+  yielded_ = true;  // keep_going judges the time away with the 1 ms rule
 }
 
 Spinner::~Spinner() {

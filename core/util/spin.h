@@ -56,6 +56,11 @@ class Spinner {
   // Nor is the involuntary switch it may count (a yield leaves the thread
   // runnable): the crowding sample discounts it.
   void yielded();
+  // Gives the core to a peer whose last wait was on this CPU (it answers
+  // only when we let it run). The time away is its answer, unless it lasts
+  // longer than a peer's turn: then another thread had the core (a CPU hog
+  // takes a whole time slice), a preemption.
+  void yield_to_peer();
   // The condition came true (while spinning, or before sleeping).
   void found();
 

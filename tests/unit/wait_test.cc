@@ -280,7 +280,12 @@ TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
       }
       return 1000;
     };
-    EXPECT_LT(skips_after(true, 300), 8) << "a yield's gap is not a preemption";
+    // A 300 us sleep on a loaded machine can last past the 1 ms a yield is
+    // allowed (the quick suite's -j2 did): only a gap that stayed under it
+    // says anything, so look at the best of a few.
+    int fewest = 1000;
+    for (int i = 0; i < 5 && fewest >= 8; ++i) fewest = std::min(fewest, skips_after(true, 300));
+    EXPECT_LT(fewest, 8) << "a yield's gap is not a preemption";
     EXPECT_GE(skips_after(true, 3000), 8) << "a time slice given away is one, yield or not";
     EXPECT_GE(skips_after(false, 300), 8) << "a preemption once the clock runs";
     spin_clock_for_test(-1);
