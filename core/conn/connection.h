@@ -118,9 +118,6 @@ class Connection {
   int doorbell();
   unsigned arm(short events);
   void disarm(unsigned armed, bool rung);
-  // A waiter spinning on `cpu` for this connection: whether the peer's last
-  // wait was on that CPU too (Link::waits_beside_peer). False off the ring.
-  bool waits_beside_peer(int cpu);
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they

@@ -295,7 +295,6 @@ unsigned Connection::arm(short events) {
   return what;
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
-bool Connection::waits_beside_peer(int cpu) { return on_ring() && ring_->link().waits_beside_peer(cpu); }
 
 // Bit 62 marks "on the ring": the ring's tail and the TCP side's count of
 // EAGAINs are different counters, and the same number in both would hide

@@ -63,14 +63,6 @@ uint32_t sleeper_units(unsigned what) {
 
 // The segment's word tells the peer to ring; our own count (LocalState,
 // which the peer cannot write) decides who drains.
-bool ShmLink::waits_beside_peer(int cpu) {
-  if (cpu < 0) return false;
-  const int32_t tag = cpu + 1;
-  // Written only when it changes: the peer reads this line as it spins.
-  if (mine_.cpu.load(std::memory_order_relaxed) != tag) mine_.cpu.store(tag, std::memory_order_relaxed);
-  return theirs_.cpu.load(std::memory_order_relaxed) == tag;
-}
-
 void ShmLink::prepare_sleep(unsigned what) {
   uint32_t units = sleeper_units(what);
   local().sleepers.fetch_add(units, std::memory_order_relaxed);
@@ -110,5 +102,13 @@ bool ShmLink::punch(unsigned char* ring, size_t len) {
 
 void ShmLink::mark_attached() { mine_.attached.store(1, std::memory_order_release); }
 bool ShmLink::peer_attached() const { return theirs_.attached.load(std::memory_order_acquire) != 0; }
+
+bool ShmLink::waits_beside_peer(int cpu) {
+  if (cpu < 0) return false;
+  const int32_t tag = cpu + 1;
+  // Written only when it changes: the peer reads this line as it spins.
+  if (mine_.cpu.load(std::memory_order_relaxed) != tag) mine_.cpu.store(tag, std::memory_order_relaxed);
+  return theirs_.cpu.load(std::memory_order_relaxed) == tag;
+}
 
 }  // namespace rdmashim::shm

@@ -58,8 +58,8 @@ class Spinner {
   void yielded();
   // Gives the core to a peer whose last wait was on this CPU (it answers
   // only when we let it run). The time away is its answer, unless it lasts
-  // longer than a peer's turn: then another thread had the core (a CPU hog
-  // takes a whole time slice), a preemption.
+  // over 1 ms (keep_going's rule after a yield): then another thread had
+  // the core (a CPU hog takes a whole time slice), a preemption.
   void yield_to_peer();
   // The condition came true (while spinning, or before sleeping).
   void found();
