@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <unordered_map>
 #include <vector>
 
 #include "preload.h"
@@ -41,6 +42,10 @@ struct NativeReg {
   epoll_event ev;
 };
 
+// All of it under mu. Registrations change only through add() and the
+// removals, which keep the indexes: epoll_ctl runs per request in event
+// loops (redis-benchmark makes five calls per request) and a set may hold
+// thousands, so finding one is never a scan.
 struct EpollSet {
   std::mutex mu;
   std::vector<std::unique_ptr<EpollReg>> regs;
@@ -48,11 +53,44 @@ struct EpollSet {
   int rotate = 0;          // fairness among our registrations when more are ready than fit
   bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
   uint64_t tag() const { return reinterpret_cast<uintptr_t>(this); }
-  EpollReg* find(int fd) {
-    for (auto& r : regs)
-      if (r->fd == fd) return r.get();
-    return nullptr;
+
+  EpollReg* find(int fd) const {
+    auto it = by_fd_.find(fd);
+    return it == by_fd_.end() ? nullptr : it->second;
   }
+  EpollReg* add(std::unique_ptr<EpollReg> r) {
+    EpollReg* p = r.get();
+    by_fd_[p->fd] = p;
+    ++per_entry_[p->entry.get()];
+    regs.push_back(std::move(r));
+    return p;
+  }
+  void remove(EpollReg* r) {
+    remove_if([r](const EpollReg& x) { return &x == r; });
+  }
+  template <class Pred>
+  void remove_if(Pred pred) {
+    std::erase_if(regs, [&](std::unique_ptr<EpollReg>& r) {
+      if (!pred(*r)) return false;
+      forget(*r);
+      return true;
+    });
+  }
+  // How many registrations (the fd and its dups) name this stream or set.
+  int registrations_of(const Entry* e) const {
+    auto it = per_entry_.find(e);
+    return it == per_entry_.end() ? 0 : it->second;
+  }
+
+ private:
+  void forget(const EpollReg& r) {
+    auto f = by_fd_.find(r.fd);
+    if (f != by_fd_.end() && f->second == &r) by_fd_.erase(f);
+    auto e = per_entry_.find(r.entry.get());
+    if (e != per_entry_.end() && --e->second == 0) per_entry_.erase(e);
+  }
+  std::unordered_map<int, EpollReg*> by_fd_;
+  std::unordered_map<const Entry*, int> per_entry_;
 };
 
 // An epoll set of ours as a descriptor poll() and select() wait on

@@ -142,7 +142,7 @@ void adopt_natives(EpollSet& set, int epfd) {
     r->entry = std::move(s);
     r->events = n.ev.events;
     r->data = n.ev.data;
-    set.regs.push_back(std::move(r));
+    set.add(std::move(r));
   }
 }
 
@@ -179,9 +179,7 @@ void drop_stale(EpollSet& set, int fd, const Ref& target) {
     std::lock_guard<std::mutex> l(reg->entry->mu);
     closed = reg->entry->alias_count == 0;
   }
-  if (closed || (target && reg->entry.get() != target.get())) {
-    set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
-  }
+  if (closed || (target && reg->entry.get() != target.get())) set.remove(reg);
 }
 
 // set.mu held. `target` is the stream, or the inner epoll set's entry.
@@ -204,7 +202,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
       r->entry = std::move(target);
       r->events = ev->events;
       r->data = ev->data;
-      set.regs.push_back(std::move(r));
+      set.add(std::move(r));
       return 0;
     }
     case EPOLL_CTL_MOD: {
@@ -214,9 +212,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
       epoll_event k = kernel_reg(set, ev->events, is_set);
       if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &k) != 0) {
         int err = errno;
-        if (reg && err == ENOENT) {  // the descriptor was closed meanwhile
-          set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
-        }
+        if (reg && err == ENOENT) set.remove(reg);  // the descriptor was closed meanwhile
         return errno = err, -1;
       }
       if (!reg) {
@@ -225,8 +221,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         auto r = std::make_unique<EpollReg>();
         r->fd = fd;
         r->entry = std::move(target);
-        reg = r.get();
-        set.regs.push_back(std::move(r));
+        reg = set.add(std::move(r));
       }
       reg->events = ev->events;
       reg->data = ev->data;
@@ -240,14 +235,11 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         return real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
       }
       real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-      if (!reg->inner()) {
-        Connection* c = reg->entry->conn.get();
-        bool shared = false;
-        for (auto& r : set.regs)
-          if (r.get() != reg && r->entry->conn.get() == c) shared = true;
-        if (reg->doorbell_added && !shared) real().epoll_ctl(epfd, EPOLL_CTL_DEL, c->doorbell(), nullptr);
+      // The doorbell stays while a duplicate of the socket is still registered.
+      if (!reg->inner() && reg->doorbell_added && set.registrations_of(reg->entry.get()) == 1) {
+        real().epoll_ctl(epfd, EPOLL_CTL_DEL, reg->entry->conn->doorbell(), nullptr);
       }
-      set.regs.erase(std::find_if(set.regs.begin(), set.regs.end(), [&](auto& r) { return r.get() == reg; }));
+      set.remove(reg);
       return 0;
     }
   }
@@ -283,17 +275,17 @@ int keep_user_events(const EpollSet& set, epoll_event* ev, int n) {
 // that settled on plain TCP back to the kernel. set.mu held.
 void tidy(EpollSet& set, int epfd) {
   adopt_natives(set, epfd);
-  std::erase_if(set.regs, [&](auto& r) {
+  set.remove_if([&](EpollReg& r) {
     {
       // Registrations whose descriptors were all closed are gone for the kernel too.
-      std::lock_guard<std::mutex> l(r->entry->mu);
-      if (r->entry->alias_count == 0) return true;
+      std::lock_guard<std::mutex> l(r.entry->mu);
+      if (r.entry->alias_count == 0) return true;
     }
     // A connection that settled on plain TCP goes back to the kernel with the
     // application's own mask and data: nothing of ours left in its path.
-    if (!r->inner() && r->entry->conn->passthrough() && !r->disabled) {
-      epoll_event k{r->events, r->data};
-      return real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0;
+    if (!r.inner() && r.entry->conn->passthrough() && !r.disabled) {
+      epoll_event k{r.events, r.data};
+      return real().epoll_ctl(epfd, EPOLL_CTL_MOD, r.fd, &k) == 0;
     }
     return false;
   });
@@ -518,7 +510,7 @@ void forget_in_epoll_sets(int fd) {
   for (auto& [epfd, set] : sets) {
     std::lock_guard<std::mutex> lock(set->mu);
     size_t before = set->regs.size() + set->natives.size();
-    std::erase_if(set->regs, [&](const std::unique_ptr<EpollReg>& r) { return r->fd == fd && !r->inner(); });
+    set->remove_if([&](const EpollReg& r) { return r.fd == fd && !r.inner(); });
     drop_native(*set, fd);
     if (set->regs.size() + set->natives.size() != before) real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   }
