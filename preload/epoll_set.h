@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <unordered_map>
 #include <vector>
 
@@ -29,6 +30,19 @@ struct EpollReg {
   epoll_data_t data;      // returned untouched
   bool disabled = false;  // EPOLLONESHOT fired; MOD re-arms
   bool doorbell_added = false;
+  // Deleted by the program, kept for the kernel: event loops delete and add
+  // a socket per request (redis-benchmark: two of each), and re-adding a
+  // lingering record costs no system call. Invisible to the program
+  // (ENOENT, never reported); gone when its socket closes or turns plain.
+  bool lingering = false;
+  uint32_t kernel_events = 0;  // what the kernel's registration under our tag asks for
+  // The kernel's registration of our socket carries this record's own tag
+  // (EpollSet::tag_of), so an edge there (a FIN, RST or control frame on
+  // the TCP side of a socket on its ring) names it. Until one comes, a
+  // look finds its TCP side quiet without asking the kernel.
+  uint32_t slot = 0;         // 0: none, the set's shared tag (looked at every time)
+  bool kernel_hot = true;    // an edge came since a look found the TCP side quiet (or new)
+  bool unseen_edge = false;  // and no look since: the set must look before it sleeps
   // Edge-trigger state: what we saw at the last check.
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;
@@ -46,13 +60,46 @@ struct NativeReg {
 // removals, which keep the indexes: epoll_ctl runs per request in event
 // loops (redis-benchmark makes five calls per request) and a set may hold
 // thousands, so finding one is never a scan.
+//
+// Tags, the epoll_data of the kernel's registrations of ours, are addresses
+// inside tag_space_, a block this set owns, so no value of the program's
+// (its pointers, its numbers) can be one: tag() for the doorbells, and
+// tag() + slot for a record. A tag whose record is gone (an event queued
+// before it went, or a socket still open in a deferred close) is still
+// ours, and dropped.
 struct EpollSet {
+  static constexpr uint32_t kTagSlots = 16384;  // records beyond it share tag()
+
   std::mutex mu;
   std::vector<std::unique_ptr<EpollReg>> regs;
   std::vector<NativeReg> natives;
   int rotate = 0;          // fairness among our registrations when more are ready than fit
   bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
-  uint64_t tag() const { return reinterpret_cast<uintptr_t>(this); }
+
+  // Without the block (no memory) every record shares the set's address.
+  uint64_t tag() const {
+    return tag_space_ ? reinterpret_cast<uintptr_t>(tag_space_.get()) : reinterpret_cast<uintptr_t>(this);
+  }
+  uint64_t tag_of(const EpollReg& r) const { return tag() + r.slot; }
+  bool ours(uint64_t data) const { return tag_space_ ? data - tag() <= kTagSlots : data == tag(); }
+  // The record a tag of ours names, if it still lives and has a tag of its own.
+  EpollReg* by_tag(uint64_t data) const {
+    uint64_t slot = data - tag();
+    return slot != 0 && slot < slots_.size() ? slots_[slot] : nullptr;
+  }
+
+  ~EpollSet() {
+    for (auto& r : regs) unlinger(*r);
+  }
+  // The program deleted r; it stays for the kernel (EpollReg::lingering).
+  void linger(EpollReg& r) {
+    if (!r.lingering) r.entry->lingering.fetch_add(1, std::memory_order_relaxed);
+    r.lingering = true;
+  }
+  void unlinger(EpollReg& r) {
+    if (r.lingering) r.entry->lingering.fetch_sub(1, std::memory_order_relaxed);
+    r.lingering = false;
+  }
 
   EpollReg* find(int fd) const {
     auto it = by_fd_.find(fd);
@@ -60,6 +107,15 @@ struct EpollSet {
   }
   EpollReg* add(std::unique_ptr<EpollReg> r) {
     EpollReg* p = r.get();
+    if (!free_slots_.empty()) {
+      p->slot = free_slots_.back();
+      free_slots_.pop_back();
+      slots_[p->slot] = p;
+    } else if (tag_space_ && slots_.size() < kTagSlots) {
+      if (slots_.empty()) slots_.push_back(nullptr);  // slot 0 is tag() itself
+      p->slot = static_cast<uint32_t>(slots_.size());
+      slots_.push_back(p);
+    }
     by_fd_[p->fd] = p;
     ++per_entry_[p->entry.get()];
     regs.push_back(std::move(r));
@@ -83,12 +139,20 @@ struct EpollSet {
   }
 
  private:
-  void forget(const EpollReg& r) {
+  void forget(EpollReg& r) {
+    unlinger(r);
+    if (r.slot != 0) {
+      slots_[r.slot] = nullptr;
+      free_slots_.push_back(r.slot);
+    }
     auto f = by_fd_.find(r.fd);
     if (f != by_fd_.end() && f->second == &r) by_fd_.erase(f);
     auto e = per_entry_.find(r.entry.get());
     if (e != per_entry_.end() && --e->second == 0) per_entry_.erase(e);
   }
+  std::unique_ptr<char[]> tag_space_{new (std::nothrow) char[kTagSlots + 1]};
+  std::vector<EpollReg*> slots_;
+  std::vector<uint32_t> free_slots_;
   std::unordered_map<int, EpollReg*> by_fd_;
   std::unordered_map<const Entry*, int> per_entry_;
 };
@@ -108,5 +172,18 @@ struct Armed {
 };
 // arm_all also brings `wake` forward to the earliest handshake prefix deadline.
 bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake);
+
+// Held by a thread from before it arms a set of ours (arm_all) until its
+// sleep ends. While none is held, epoll_ctl may leave the kernel's
+// registration as it is (a MOD or an add that changes only our record):
+// its only other effect would be to wake a sleeper.
+class SleepingOnSets {
+ public:
+  SleepingOnSets();
+  ~SleepingOnSets();
+  SleepingOnSets(const SleepingOnSets&) = delete;
+  SleepingOnSets& operator=(const SleepingOnSets&) = delete;
+  static bool anyone();
+};
 
 }  // namespace rdmashim::preload

@@ -45,6 +45,9 @@ struct Entry {
   std::unique_ptr<discovery::RemoteAdvert> remote;  // kListener: answers RDMA-CM probes
   std::unique_ptr<Connection> conn;  // kStream
   std::shared_ptr<EpollSet> epoll;   // kEpoll
+  // kStream: records of epoll sets that keep it after the program's DEL
+  // (epoll_set.h); closing a name of it drops them.
+  std::atomic<int> lingering{0};
   std::mutex mu;                     // guards the change kPending -> kStream
   sockaddr_storage peer{};           // kPending and client streams: where it connects
   socklen_t peer_len = 0;

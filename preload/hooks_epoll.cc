@@ -7,9 +7,9 @@
 // readiness from the ring (Connection::poll_events).
 //
 // epoll: an upgradable socket added to an epoll set is registered in the
-// kernel under a tag that is the address of our per-set record (EpollSet),
-// with EPOLLET so a quiet FIN cannot keep waking the set; the application's
-// own events and data live in the record. epoll_wait merges the kernel's
+// kernel under a tag of ours (EpollSet::tag_of), with EPOLLET so a quiet FIN
+// cannot keep waking the set; the application's own events and data live in
+// our record (EpollReg), which a DEL leaves lingering for the next ADD. epoll_wait merges the kernel's
 // events for plain descriptors with the ring readiness of the tagged ones,
 // honouring level and edge triggering, EPOLLONESHOT and the caller's data.
 #include <poll.h>
@@ -18,11 +18,13 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <memory>
 #include <mutex>
 #include <new>
 #include <optional>
+#include <tuple>
 #include <vector>
 
 #include "epoll_set.h"
@@ -61,7 +63,7 @@ constexpr uint32_t kExclusiveOk = EPOLLIN | EPOLLOUT | EPOLLERR | EPOLLHUP | EPO
 // The kernel registration under our tag: only the directions the
 // application asked for, edge-triggered, so an idle socket (or a writable
 // TCP side under a ring) never makes the set itself look readable.
-epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
+epoll_event kernel_reg(uint64_t tag, uint32_t app, bool is_set) {
   epoll_event k{};
   k.events = EPOLLET;
   if (is_set) {
@@ -71,7 +73,7 @@ epoll_event kernel_reg(const EpollSet& set, uint32_t app, bool is_set) {
     if (app & (EPOLLOUT | EPOLLWRNORM)) k.events |= EPOLLOUT;
     if (app & EPOLLPRI) k.events |= EPOLLPRI;
   }
-  k.data.u64 = set.tag();
+  k.data.u64 = tag;
   return k;
 }
 
@@ -105,7 +107,7 @@ uint64_t tx_of(const EpollReg& r) { return r.inner() ? 0 : r.entry->conn->tx_pro
 
 // Whether r would report now, without changing its state.
 bool reg_peek(EpollReg& r, int depth) {
-  if (r.disabled) return false;
+  if (r.disabled || r.lingering) return false;
   uint32_t ready = reg_ready(r, 0, depth);
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
@@ -135,14 +137,16 @@ void adopt_natives(EpollSet& set, int epfd) {
       continue;
     }
     set.natives.erase(set.natives.begin() + static_cast<long>(i));
-    epoll_event k = kernel_reg(set, n.ev.events, false);
-    if (set.find(n.fd) || real().epoll_ctl(epfd, EPOLL_CTL_MOD, n.fd, &k) != 0) continue;
+    if (set.find(n.fd)) continue;
     auto r = std::make_unique<EpollReg>();
     r->fd = n.fd;
     r->entry = std::move(s);
     r->events = n.ev.events;
     r->data = n.ev.data;
-    set.add(std::move(r));
+    EpollReg* reg = set.add(std::move(r));
+    epoll_event k = kernel_reg(set.tag_of(*reg), n.ev.events, false);
+    if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, n.fd, &k) != 0) set.remove(reg);
+    else reg->kernel_events = k.events;
   }
 }
 
@@ -182,6 +186,37 @@ void drop_stale(EpollSet& set, int fd, const Ref& target) {
   if (closed || (target && reg->entry.get() != target.get())) set.remove(reg);
 }
 
+// Brings the kernel's registration under r's tag up to date after the
+// program's ADD or MOD changed r (r.events and the rest are already new).
+// With no thread asleep on a set of ours the kernel is asked only when a
+// direction is missing, and then for all asked so far, so a loop that
+// toggles its interest per request makes no call. With one asleep the call
+// is made, as the program's would be: it wakes the sleeper if the socket is
+// ready, and if r is ready on its ring, EPOLLOUT on the quiet (writable)
+// TCP side makes the edge that wakes it.
+int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
+  if (!SleepingOnSets::anyone()) {
+    if (!fresh && (k.events & ~r.kernel_events) == 0) return 0;
+    if (!fresh) k.events |= r.kernel_events;
+  } else if (!r.inner() && r.entry->conn->on_ring() && reg_peek(r, 1)) {
+    k.events |= EPOLLOUT;
+  }
+  if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
+  r.kernel_events = k.events;
+  r.kernel_hot = true;
+  return 0;
+}
+
+// The program's ADD or MOD of r: its mask and data, re-armed (ONESHOT) and
+// reporting what is ready now, as the kernel does.
+void take_request(EpollSet& set, EpollReg& r, const epoll_event& ev) {
+  set.unlinger(r);
+  r.events = ev.events;
+  r.data = ev.data;
+  r.disabled = false;
+  r.last_ready = 0;
+}
+
 // set.mu held. `target` is the stream, or the inner epoll set's entry.
 int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, Ref target) {
   // The kernel's order: the event is copied first, then EPOLLEXCLUSIVE's rules.
@@ -191,42 +226,44 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
   if (ev && (op == EPOLL_CTL_ADD || op == EPOLL_CTL_MOD) && (ev->events & EPOLLEXCLUSIVE)) {
     if (op == EPOLL_CTL_MOD || is_set || (ev->events & ~kExclusiveOk)) return errno = EINVAL, -1;
   }
+  // A lingering record is deleted as far as the program can tell.
+  bool lingering = reg && reg->lingering;
   switch (op) {
-    case EPOLL_CTL_ADD: {
-      if (reg) return errno = EEXIST, -1;
-      epoll_event k = kernel_reg(set, ev->events, is_set);
-      if (real().epoll_ctl(epfd, EPOLL_CTL_ADD, fd, &k) != 0) return -1;  // EBADF, EINVAL, EPERM, ELOOP, EEXIST...
-      drop_native(set, fd);
-      auto r = std::make_unique<EpollReg>();
-      r->fd = fd;
-      r->entry = std::move(target);
-      r->events = ev->events;
-      r->data = ev->data;
-      set.add(std::move(r));
-      return 0;
-    }
+    case EPOLL_CTL_ADD:
     case EPOLL_CTL_MOD: {
-      if (reg && (reg->events & EPOLLEXCLUSIVE)) return errno = EINVAL, -1;
-      // Also re-arms the kernel's edge, and converts a native registration
+      if (op == EPOLL_CTL_ADD && reg && !lingering) return errno = EEXIST, -1;
+      if (op == EPOLL_CTL_MOD && lingering) return errno = ENOENT, -1;
+      if (reg && (reg->events & EPOLLEXCLUSIVE) && op == EPOLL_CTL_MOD) return errno = EINVAL, -1;
+      // A new record: an ADD, or a MOD that converts a native registration
       // (made before the socket became a stream); ENOENT if there is none.
-      epoll_event k = kernel_reg(set, ev->events, is_set);
-      if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, fd, &k) != 0) {
-        int err = errno;
-        if (reg && err == ENOENT) set.remove(reg);  // the descriptor was closed meanwhile
-        return errno = err, -1;
-      }
-      if (!reg) {
-        if (!target) return errno = ENOENT, -1;
-        drop_native(set, fd);
+      bool fresh = !reg;
+      if (fresh) {
+        if (op == EPOLL_CTL_MOD && !target) return errno = ENOENT, -1;
         auto r = std::make_unique<EpollReg>();
         r->fd = fd;
         r->entry = std::move(target);
-        reg = set.add(std::move(r));
+        reg = set.add(std::move(r));  // first, for its tag
       }
-      reg->events = ev->events;
-      reg->data = ev->data;
-      reg->disabled = false;
-      reg->last_ready = 0;  // a MOD re-reports what is ready now, as the kernel does
+      struct {
+        bool lingering, disabled;
+        uint32_t events, last_ready;
+        epoll_data_t data;
+      } before{reg->lingering, reg->disabled, reg->events, reg->last_ready, reg->data};
+      take_request(set, *reg, *ev);
+      // A native registration is converted by MOD, like a record of ours.
+      if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), ev->events, is_set),
+                            fresh && op == EPOLL_CTL_ADD) != 0) {
+        int err = errno;
+        // ENOENT: the descriptor was closed meanwhile.
+        if (fresh || err == ENOENT) set.remove(reg);
+        else {
+          std::tie(reg->disabled, reg->events, reg->last_ready, reg->data) =
+              std::tie(before.disabled, before.events, before.last_ready, before.data);
+          if (before.lingering) set.linger(*reg);
+        }
+        return errno = err, -1;
+      }
+      drop_native(set, fd);
       return 0;
     }
     case EPOLL_CTL_DEL: {
@@ -234,11 +271,15 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         drop_native(set, fd);
         return real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
       }
-      real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
-      // The doorbell stays while a duplicate of the socket is still registered.
-      if (!reg->inner() && reg->doorbell_added && set.registrations_of(reg->entry.get()) == 1) {
-        real().epoll_ctl(epfd, EPOLL_CTL_DEL, reg->entry->conn->doorbell(), nullptr);
+      if (lingering) return errno = ENOENT, -1;
+      // A stream's record lingers, with its kernel registration and
+      // doorbell, for the add that event loops make next; the set's next
+      // wait (tidy) deletes what was not added back.
+      if (!reg->inner()) {
+        set.linger(*reg);
+        return 0;
       }
+      real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
       set.remove(reg);
       return 0;
     }
@@ -248,7 +289,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
 
 // Ready events of one registration, honouring edge triggering and ONESHOT.
 uint32_t reg_events(EpollReg& r, short kernel) {
-  if (r.disabled) return 0;
+  if (r.disabled || r.lingering) return 0;
   uint32_t ready = reg_ready(r, kernel, 1);
   uint32_t report = ready;
   if (r.events & EPOLLET) {
@@ -262,12 +303,18 @@ uint32_t reg_events(EpollReg& r, short kernel) {
   return report;
 }
 
-// Drops the tagged events out of what the kernel returned; returns how many
-// of the application's own remain at the front.
-int keep_user_events(const EpollSet& set, epoll_event* ev, int n) {
+// Drops the tagged events out of what the kernel returned, noting whose
+// TCP side spoke; returns how many of the application's own remain at the
+// front. set.mu held.
+int keep_user_events(EpollSet& set, epoll_event* ev, int n) {
   int out = 0;
-  for (int i = 0; i < n; ++i)
-    if (ev[i].data.u64 != set.tag()) ev[out++] = ev[i];
+  for (int i = 0; i < n; ++i) {
+    if (!set.ours(ev[i].data.u64)) {
+      ev[out++] = ev[i];
+    } else if (EpollReg* r = set.by_tag(ev[i].data.u64)) {
+      r->kernel_hot = r->unseen_edge = true;
+    }
+  }
   return out;
 }
 
@@ -280,6 +327,15 @@ void tidy(EpollSet& set, int epfd) {
       // Registrations whose descriptors were all closed are gone for the kernel too.
       std::lock_guard<std::mutex> l(r.entry->mu);
       if (r.entry->alias_count == 0) return true;
+    }
+    // Deleted by the program and not added back before this wait: now the
+    // kernel forgets it too, and its doorbell unless a duplicate is registered.
+    if (r.lingering) {
+      real().epoll_ctl(epfd, EPOLL_CTL_DEL, r.fd, nullptr);
+      if (r.doorbell_added && set.registrations_of(r.entry.get()) == 1) {
+        real().epoll_ctl(epfd, EPOLL_CTL_DEL, r.entry->conn->doorbell(), nullptr);
+      }
+      return true;
     }
     // A connection that settled on plain TCP goes back to the kernel with the
     // application's own mask and data: nothing of ours left in its path.
@@ -303,13 +359,31 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
       if (reg_peek(*r, 1)) set.virt_owed = true;
     return have;
   }
-  std::vector<pollfd> k(n);
+  // The kernel is asked only about sockets it may have news of: not on
+  // their rings yet, or whose TCP side had an edge since a look found it
+  // quiet (or whose bytes there wait for a lock: settle_control).
+  std::vector<pollfd> k(n), asked;
+  std::vector<size_t> of;
   for (size_t i = 0; i < n; ++i) {
     EpollReg& r = *set.regs[i];
     short want = static_cast<short>(r.events & kPollBits);
     k[i] = {r.fd, r.inner() ? want : r.entry->conn->kernel_interest(want), 0};
+    // On both rings, before the end: the kernel would report only POLLIN.
+    bool quiet = r.lingering || (r.slot != 0 && !r.kernel_hot && !r.inner() && k[i].events == POLLIN &&
+                                  r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN && !r.entry->conn->control_unsettled());
+    if (!quiet) {
+      asked.push_back(k[i]);
+      of.push_back(i);
+    }
   }
-  real().poll(k.data(), n, 0);
+  if (!asked.empty()) real().poll(asked.data(), asked.size(), 0);
+  for (size_t j = 0; j < asked.size(); ++j) {
+    EpollReg& r = *set.regs[of[j]];
+    r.unseen_edge = false;
+    k[of[j]].revents = asked[j].revents;
+    // Quiet on its ring: only a new edge under its tag makes it worth asking.
+    if (k[of[j]].events == POLLIN && asked[j].revents == 0) r.kernel_hot = false;
+  }
   size_t start = static_cast<size_t>(set.rotate++) % n;
   for (size_t j = 0; j < n; ++j) {
     size_t i = (start + j) % n;
@@ -318,6 +392,7 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
       continue;
     }
     EpollReg& r = *set.regs[i];
+    if (r.lingering) continue;
     uint32_t e = reg_events(r, k[i].revents);
     // A direction that left its ring just now (a Downgrade read above) is
     // the kernel's again: ask the kernel for it before saying nothing.
@@ -366,7 +441,7 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
 bool any_on_ring(EpollSet& set, int depth) {
   std::lock_guard<std::mutex> lock(set.mu);
   for (auto& r : set.regs) {
-    if (r->disabled) continue;
+    if (r->disabled || r->lingering) continue;
     if (EpollSet* in = r->inner()) {
       if (depth < kMaxEpollDepth && any_on_ring(*in, depth + 1)) return true;
     } else if (r->entry->conn->on_ring()) {
@@ -407,6 +482,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
     std::vector<Armed> armed;
     int64_t wake = dl;
+    SleepingOnSets sleeping;
     bool ready = arm_all(set, epfd, armed, 1, wake);
     // Clients in the set still connecting: their connect wakes us too (the
     // Hello goes out); the set's events are collected at the next turn.
@@ -472,7 +548,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
   std::lock_guard<std::mutex> lock(set.mu);
   bool ready = false;
   for (auto& r : set.regs) {
-    if (r->disabled) continue;
+    if (r->disabled || r->lingering) continue;
     if (EpollSet* in = r->inner()) {
       if (depth < kMaxEpollDepth && arm_all(*in, r->fd, armed, depth + 1, wake)) ready = true;
       continue;
@@ -495,13 +571,22 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
     // Switch in. Look again in a millisecond rather than sleep past it.
     if (!c.settle_control() || c.setup_read_elsewhere()) wake = look_again_soon(wake);
   }
-  // Checked after arming: a change from now on rings a doorbell.
+  // Checked after arming: a change from now on rings a doorbell. An edge
+  // taken from the kernel after the last look (collect() looks at ours
+  // first when they are owed) is gone from its list: look before sleeping.
   for (auto& r : set.regs)
-    if (reg_peek(*r, depth)) ready = true;
+    if ((r->unseen_edge && !r->lingering) || reg_peek(*r, depth)) ready = true;
   return ready;
 }
 
-void forget_in_epoll_sets(int fd) {
+namespace {
+std::atomic<int> sleeping_on_sets{0};
+}
+SleepingOnSets::SleepingOnSets() { sleeping_on_sets.fetch_add(1, std::memory_order_seq_cst); }
+SleepingOnSets::~SleepingOnSets() { sleeping_on_sets.fetch_sub(1, std::memory_order_seq_cst); }
+bool SleepingOnSets::anyone() { return sleeping_on_sets.load(std::memory_order_seq_cst) != 0; }
+
+void forget_in_epoll_sets(int fd, bool lingering_only) {
   std::vector<std::pair<int, std::shared_ptr<EpollSet>>> sets;
   table().for_each_fd([&](int epfd) {
     Ref e = table().get(epfd);
@@ -510,8 +595,8 @@ void forget_in_epoll_sets(int fd) {
   for (auto& [epfd, set] : sets) {
     std::lock_guard<std::mutex> lock(set->mu);
     size_t before = set->regs.size() + set->natives.size();
-    set->remove_if([&](const EpollReg& r) { return r.fd == fd && !r.inner(); });
-    drop_native(*set, fd);
+    set->remove_if([&](const EpollReg& r) { return r.fd == fd && !r.inner() && (r.lingering || !lingering_only); });
+    if (!lingering_only) drop_native(*set, fd);
     if (set->regs.size() + set->natives.size() != before) real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   }
 }

@@ -148,10 +148,12 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     std::vector<Armed> armed;
     bool ready = false;
     int64_t wake = dl;
+    std::optional<SleepingOnSets> sleeping;
     for (size_t j = 0; j < vidx.size(); ++j) {
       const Ref& v = virt[vidx[j]];
       k[nfds + j] = {-1, POLLIN, 0};
       if (v->epoll) {
+        if (!sleeping) sleeping.emplace();
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
       } else {
         wake = earliest(wake, v->conn->prefix_deadline());

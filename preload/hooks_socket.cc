@@ -185,6 +185,9 @@ Entry* forget_before_close(int fd, unsigned first, unsigned last) {
   Entry* e = table().take(fd);
   if (!e) return nullptr;
   detach(fd, e);
+  // A record the program deleted but we kept must not outlive the number:
+  // the kernel forgets it now, and the number may come back as another socket.
+  if (e->lingering.load(std::memory_order_relaxed) > 0) forget_in_epoll_sets(fd, true);
   bool last_name = false;
   {
     std::lock_guard<std::mutex> lock(e->mu);

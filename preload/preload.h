@@ -48,7 +48,7 @@ void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, 
 // held for its Ack, conn/deferred_close.h): the kernel drops a socket from
 // every epoll set only at its last close, so we do it here, or the sets
 // would report it, with the program's data, after the program closed it.
-void forget_in_epoll_sets(int fd);
+void forget_in_epoll_sets(int fd, bool lingering_only = false);
 void adopt_socket(const std::vector<int>& names, const std::string& state);
 void adopt_inherited();
 

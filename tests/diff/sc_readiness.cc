@@ -593,6 +593,101 @@ SCENARIO(epoll_oneshot, 2) {
       scripted_client);
 }
 
+// Event loops delete and add a socket per request (redis-benchmark: DEL,
+// ADD OUT, DEL, ADD IN, MOD IN). Each step's answer, and what a wait
+// reports between them, as on the kernel.
+SCENARIO(epoll_del_add_churn, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_event ev[8];
+        epoll_add(ep, p.fd, EPOLLIN, kSock);
+        ask(p, 10);
+        int k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("10 arrived: wait = %s", evs(k, ev).c_str());
+        for (int round = 0; round < 3; ++round) {
+          auto r = E(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr));
+          auto again = E(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr));
+          auto mod = E(epoll_mod(ep, p.fd, EPOLLIN, kPipe));
+          k = epoll_wait(ep, ev, 8, 0);
+          T("round %d: DEL = %s, DEL again = %s, MOD = %s; wait(0) = %s", round, r.c_str(), again.c_str(),
+            mod.c_str(), evs(k, ev).c_str());
+          r = E(epoll_add(ep, p.fd, EPOLLOUT, kPipe));
+          auto dup_add = E(epoll_add(ep, p.fd, EPOLLOUT, kPipe));
+          k = epoll_wait(ep, ev, 8, kBoundMs);
+          T("ADD OUT = %s, ADD again = %s; wait = %s", r.c_str(), dup_add.c_str(), evs(k, ev).c_str());
+          epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);  // no wait between: the record lingers
+          r = E(epoll_add(ep, p.fd, EPOLLIN | EPOLLET, kPipe2));
+          k = epoll_wait(ep, ev, 8, kBoundMs);
+          T("DEL, ADD IN|ET with 10 unread = %s; wait = %s", r.c_str(), evs(k, ev).c_str());
+          k = epoll_wait(ep, ev, 8, 0);
+          T("ET, nothing new: wait(0) = %s", evs(k, ev).c_str());
+          r = E(epoll_mod(ep, p.fd, EPOLLIN, kSock));
+          k = epoll_wait(ep, ev, 8, kBoundMs);
+          T("MOD IN (level) = %s; wait = %s", r.c_str(), evs(k, ev).c_str());
+        }
+        drain(p.fd, 10);
+        epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
+        ask(p, 5);
+        char c[5];
+        read_exact(p.fd, c, 5);
+        k = epoll_wait(ep, ev, 8, 0);
+        T("deleted: wait(0) = %s", evs(k, ev).c_str());
+        auto r = E(epoll_add(ep, p.fd, EPOLLIN, kSock));
+        k = epoll_wait(ep, ev, 8, 0);
+        T("added back after a wait, nothing unread = %s; wait(0) = %s", r.c_str(), evs(k, ev).c_str());
+        ask(p, 3);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("3 arrived: wait = %s", evs(k, ev).c_str());
+        drain(p.fd, 3);
+        stop(p);
+      },
+      scripted_client);
+}
+
+// Another thread sleeps on the set while this one re-arms a socket with
+// bytes unread (a thread pool's EPOLLONESHOT MOD), or adds it back after a
+// DEL: the kernel wakes the sleeper at once.
+SCENARIO(epoll_rearm_wakes_sleeper, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_event ev[8];
+        epoll_add(ep, p.fd, EPOLLIN | EPOLLONESHOT, kSock);
+        ask(p, 10);
+        int k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("10 arrived: wait = %s", evs(k, ev).c_str());
+        auto asleep_while = [&](auto change) {
+          std::string seen;
+          std::atomic<pid_t> who{0};
+          uint64_t t0 = now_ms();
+          std::thread sleeper([&] {
+            who = tid();
+            epoll_event e[8];
+            int n = epoll_wait(ep, e, 8, kBoundMs);
+            seen = evs(n, e);
+          });
+          while (who == 0) sleep_ms(1);
+          until_sleeping(who);
+          change();
+          sleeper.join();
+          return seen + ", woken before the bound: " + yes(now_ms() - t0 < kBoundMs);
+        };
+        T("MOD re-arm, 10 unread: the sleeper sees %s",
+          asleep_while([&] { epoll_mod(ep, p.fd, EPOLLIN | EPOLLONESHOT, kPipe); }).c_str());
+        T("DEL and ADD of a disarmed one, 10 unread: the sleeper sees %s", asleep_while([&] {
+                                                                             epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
+                                                                             epoll_add(ep, p.fd, EPOLLIN | EPOLLONESHOT, kPipe2);
+                                                                           }).c_str());
+        epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr);
+        T("ADD after DEL, 10 unread: the sleeper sees %s",
+          asleep_while([&] { epoll_add(ep, p.fd, EPOLLIN, kSock); }).c_str());
+        drain(p.fd, 10);
+        stop(p);
+      },
+      scripted_client);
+}
+
 SCENARIO(epoll_rdhup, 2) {
   run_pair(
       [](Pair& p) {
