@@ -5,6 +5,7 @@
 // the three calls declared at the end.
 #pragma once
 
+#include <poll.h>
 #include <sys/epoll.h>
 
 #include <cstdint>
@@ -75,6 +76,10 @@ struct EpollSet {
   std::vector<NativeReg> natives;
   int rotate = 0;          // fairness among our registrations when more are ready than fit
   bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
+  // scan_virtual's buffers, kept so that a look (one per wakeup of an event
+  // loop) allocates nothing.
+  std::vector<pollfd> scan_all, scan_asked;
+  std::vector<size_t> scan_of;
 
   // Without the block (no memory) every record shares the set's address.
   uint64_t tag() const {

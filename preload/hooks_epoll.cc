@@ -24,7 +24,6 @@
 #include <mutex>
 #include <new>
 #include <optional>
-#include <tuple>
 #include <vector>
 
 #include "epoll_set.h"
@@ -112,6 +111,30 @@ bool reg_peek(EpollReg& r, int depth) {
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
 
+// Brings the kernel's registration under r's tag up to date after the
+// program's ADD or MOD changed r (r.events and the rest are already new),
+// or after a native registration became r. `fresh`: the kernel has none
+// (ADD); one not yet under our tag has kernel_events 0, so it always gets
+// its MOD.
+// With no thread asleep on a set of ours the kernel is asked only when a
+// direction is missing, and then for all asked so far, so a loop that
+// toggles its interest per request makes no call. With one asleep the call
+// is made, as the program's would be: it wakes the sleeper if the socket is
+// ready, and if r is ready on its ring, EPOLLOUT on the quiet (writable)
+// TCP side makes the edge that wakes it.
+int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
+  if (!SleepingOnSets::anyone()) {
+    if (!fresh && (k.events & ~r.kernel_events) == 0) return 0;
+    if (!fresh) k.events |= r.kernel_events;
+  } else if (!r.inner() && r.entry->conn->on_ring() && reg_peek(r, 1)) {
+    k.events |= EPOLLOUT;
+  }
+  if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
+  r.kernel_events = k.events;
+  r.kernel_hot = true;
+  return 0;
+}
+
 // Registrations the kernel holds natively for sockets that have since become
 // upgradable streams move under our tag, with the application's mask and data.
 void adopt_natives(EpollSet& set, int epfd) {
@@ -144,9 +167,7 @@ void adopt_natives(EpollSet& set, int epfd) {
     r->events = n.ev.events;
     r->data = n.ev.data;
     EpollReg* reg = set.add(std::move(r));
-    epoll_event k = kernel_reg(set.tag_of(*reg), n.ev.events, false);
-    if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, n.fd, &k) != 0) set.remove(reg);
-    else reg->kernel_events = k.events;
+    if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), n.ev.events, false), false) != 0) set.remove(reg);
   }
 }
 
@@ -186,35 +207,33 @@ void drop_stale(EpollSet& set, int fd, const Ref& target) {
   if (closed || (target && reg->entry.get() != target.get())) set.remove(reg);
 }
 
-// Brings the kernel's registration under r's tag up to date after the
-// program's ADD or MOD changed r (r.events and the rest are already new).
-// With no thread asleep on a set of ours the kernel is asked only when a
-// direction is missing, and then for all asked so far, so a loop that
-// toggles its interest per request makes no call. With one asleep the call
-// is made, as the program's would be: it wakes the sleeper if the socket is
-// ready, and if r is ready on its ring, EPOLLOUT on the quiet (writable)
-// TCP side makes the edge that wakes it.
-int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
-  if (!SleepingOnSets::anyone()) {
-    if (!fresh && (k.events & ~r.kernel_events) == 0) return 0;
-    if (!fresh) k.events |= r.kernel_events;
-  } else if (!r.inner() && r.entry->conn->on_ring() && reg_peek(r, 1)) {
-    k.events |= EPOLLOUT;
-  }
-  if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
-  r.kernel_events = k.events;
-  r.kernel_hot = true;
-  return 0;
-}
+// What the program's ADD or MOD replaces in a record: put back as it was
+// if the kernel refuses the request.
+struct Request {
+  uint32_t events;
+  epoll_data_t data;
+  bool disabled, lingering;
+  uint32_t last_ready;
+};
 
 // The program's ADD or MOD of r: its mask and data, re-armed (ONESHOT) and
-// reporting what is ready now, as the kernel does.
-void take_request(EpollSet& set, EpollReg& r, const epoll_event& ev) {
+// reporting what is ready now, as the kernel does. Returns what it replaced.
+Request take_request(EpollSet& set, EpollReg& r, const epoll_event& ev) {
+  Request old{r.events, r.data, r.disabled, r.lingering, r.last_ready};
   set.unlinger(r);
   r.events = ev.events;
   r.data = ev.data;
   r.disabled = false;
   r.last_ready = 0;
+  return old;
+}
+
+void restore_request(EpollSet& set, EpollReg& r, const Request& old) {
+  r.events = old.events;
+  r.data = old.data;
+  r.disabled = old.disabled;
+  r.last_ready = old.last_ready;
+  if (old.lingering) set.linger(r);
 }
 
 // set.mu held. `target` is the stream, or the inner epoll set's entry.
@@ -244,23 +263,14 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         r->entry = std::move(target);
         reg = set.add(std::move(r));  // first, for its tag
       }
-      struct {
-        bool lingering, disabled;
-        uint32_t events, last_ready;
-        epoll_data_t data;
-      } before{reg->lingering, reg->disabled, reg->events, reg->last_ready, reg->data};
-      take_request(set, *reg, *ev);
+      Request replaced = take_request(set, *reg, *ev);
       // A native registration is converted by MOD, like a record of ours.
       if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), ev->events, is_set),
                             fresh && op == EPOLL_CTL_ADD) != 0) {
         int err = errno;
         // ENOENT: the descriptor was closed meanwhile.
         if (fresh || err == ENOENT) set.remove(reg);
-        else {
-          std::tie(reg->disabled, reg->events, reg->last_ready, reg->data) =
-              std::tie(before.disabled, before.events, before.last_ready, before.data);
-          if (before.lingering) set.linger(*reg);
-        }
+        else restore_request(set, *reg, replaced);
         return errno = err, -1;
       }
       drop_native(set, fd);
@@ -362,8 +372,12 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
   // The kernel is asked only about sockets it may have news of: not on
   // their rings yet, or whose TCP side had an edge since a look found it
   // quiet (or whose bytes there wait for a lock: settle_control).
-  std::vector<pollfd> k(n), asked;
-  std::vector<size_t> of;
+  std::vector<pollfd>& k = set.scan_all;
+  std::vector<pollfd>& asked = set.scan_asked;
+  std::vector<size_t>& of = set.scan_of;
+  k.resize(n);
+  asked.clear();
+  of.clear();
   for (size_t i = 0; i < n; ++i) {
     EpollReg& r = *set.regs[i];
     short want = static_cast<short>(r.events & kPollBits);
