@@ -357,6 +357,14 @@ void tidy(EpollSet& set, int epfd) {
   });
 }
 
+// On both rings, before the end (the kernel would report only POLLIN, and
+// `asked` is just that), with no edge under r's own tag since a look found
+// its TCP side quiet: asking the kernel about it would tell nothing.
+bool tcp_side_quiet(EpollReg& r, short asked) {
+  return r.slot != 0 && !r.kernel_hot && !r.inner() && asked == POLLIN &&
+         r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN && !r.entry->conn->control_unsettled();
+}
+
 // Appends ready registrations after `have` events; returns the new count.
 // set.mu held.
 int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
@@ -382,10 +390,7 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
     EpollReg& r = *set.regs[i];
     short want = static_cast<short>(r.events & kPollBits);
     k[i] = {r.fd, r.inner() ? want : r.entry->conn->kernel_interest(want), 0};
-    // On both rings, before the end: the kernel would report only POLLIN.
-    bool quiet = r.lingering || (r.slot != 0 && !r.kernel_hot && !r.inner() && k[i].events == POLLIN &&
-                                  r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN && !r.entry->conn->control_unsettled());
-    if (!quiet) {
+    if (!r.lingering && !tcp_side_quiet(r, k[i].events)) {
       asked.push_back(k[i]);
       of.push_back(i);
     }
@@ -423,11 +428,30 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
   return have;
 }
 
+// Whether none of the set's records can report without the kernel's help:
+// none ready on its ring, none owed, and every TCP side quiet (no edge
+// under its tag since a look found it so). Looks only. set.mu held.
+bool nothing_ready_on_rings(EpollSet& set) {
+  if (set.virt_owed) return false;
+  for (auto& r : set.regs) {
+    if (r->lingering) continue;
+    if (r->inner()) return false;  // nested sets: the usual look
+    short want = static_cast<short>(r->events & kPollBits);
+    if (!tcp_side_quiet(*r, r->entry->conn->kernel_interest(want)) || reg_peek(*r, 1)) return false;
+  }
+  return true;
+}
+
 // One look without sleeping: the kernel's events for plain descriptors and
-// ours, fairly when they do not all fit.
-int collect(EpollSet& set, int epfd, epoll_event* ev, int max) {
+// ours, fairly when they do not all fit. `will_sleep`: the caller sleeps in
+// the kernel's epoll_wait next if this finds nothing (it will not spin).
+// That wait returns at once with whatever the kernel has, so when nothing
+// of ours is ready the kernel need not be asked first: one system call less
+// per wakeup of an event loop.
+int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool will_sleep) {
   std::lock_guard<std::mutex> lock(set.mu);
   tidy(set, epfd);
+  if (will_sleep && nothing_ready_on_rings(set)) return 0;
   int have = 0;
   bool ours_first = set.virt_owed;
   set.virt_owed = false;
@@ -475,13 +499,20 @@ bool any_peek(EpollSet& set) {
 int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask) {
   std::vector<pollfd> watch;
   std::vector<int> quiet;
+  // The first look of a wait that goes to sleep at once (no spin) leaves the
+  // kernel's list to the sleep. Later turns look at it: a sleep that also
+  // watched connecting clients (a poll) reported the set only as readable.
+  bool first = true;
   for (;;) {
-    int have = collect(set, epfd, ev, max);
+    const bool on_ring = any_on_ring(set, 1);
+    bool will_sleep = first && !expired(dl) && !(on_ring && Spinner::would_spin());
+    first = false;
+    int have = collect(set, epfd, ev, max, will_sleep);
     if (have != 0 || expired(dl)) return have;
 
     // Spin on the rings (and now and then on the kernel's list) first.
     std::optional<Spinner> spin;
-    if (any_on_ring(set, 1)) {
+    if (on_ring) {
       spin.emplace(spin_deadline(dl));
       auto ring_ready = [&] { return any_peek(set); };
       auto kernel_ready = [&] {

@@ -116,17 +116,43 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
   }
   std::vector<pollfd> k;
   const auto& sys = real();
-  for (;;) {
-    k.resize(nfds + vidx.size() + connecting.size());
-    // A handshake may have moved a direction to the ring since the last turn.
-    for (nfds_t i = 0; i < nfds; ++i) {
-      k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
-    }
-    if (sys::wait_as(how, k.data(), nfds, 0) < 0) return -1;  // the program's own call, as all below
+  // The kernel's answer for fds is looked at without waiting (the program's
+  // own call, as all below), except where a sleep gives it: the first turn
+  // of a wait that will not spin goes to sleep unless a ring is ready (its
+  // sleep returns at once if the kernel has anything), and a sleep's answer
+  // serves the next turn. One or two system calls less per wakeup.
+  bool first = true, slept = false;
+  auto count_events = [&] {
     int count = 0;
     for (nfds_t i = 0; i < nfds; ++i) {
       fds[i].revents = virt[i] ? virtual_events(virt[i], fds[i].events, k[i].revents) : k[i].revents;
       count += fds[i].revents != 0;
+    }
+    return count;
+  };
+  for (;;) {
+    k.resize(nfds + vidx.size() + connecting.size());
+    // A handshake may have moved a direction to the ring since the last turn.
+    bool answered = slept;
+    for (nfds_t i = 0; i < nfds; ++i) {
+      short want = virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events;
+      answered = answered && k[i].fd == fds[i].fd && k[i].events == want;
+    }
+    if (!answered) {
+      for (nfds_t i = 0; i < nfds; ++i) {
+        k[i] = {fds[i].fd, virt[i] ? kernel_interest(virt[i], fds[i].events) : fds[i].events, 0};
+      }
+    }
+    bool will_sleep = first && !expired(dl) && (vidx.empty() || !Spinner::would_spin());
+    first = slept = false;
+    if (!answered && !will_sleep) {
+      if (sys::wait_as(how, k.data(), nfds, 0) < 0) return -1;
+      answered = true;
+    }
+    int count = count_events();
+    if (count > 0 && !answered) {  // a ring is ready: the kernel's events too, as always
+      if (sys::wait_as(how, k.data(), nfds, 0) < 0) return -1;
+      count = count_events();
     }
     if (count > 0 || expired(dl)) return count;
     bool all_virtual = vidx.size() == nfds;
@@ -186,7 +212,9 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
         r = sys::wait_as(how, k.data(), k.size(), ms_left(sleep_dl), mask);
       }
       err = errno;
+      slept = r >= 0;
       if (r < 0 && err == EINVAL && k.size() > nfds) {
+        // Its answer covers the virtual descriptors only.
         r = sleep_within_nofile(k, vidx, connecting, nfds, sleep_dl, mask, how), err = errno;
       }
     }

@@ -131,6 +131,12 @@ void Spinner::yield_to_peer() {
   yielded_ = true;  // keep_going judges the time away with the 1 ms rule
 }
 
+bool Spinner::would_spin() {
+  if (config().spin_us == 0 || sandbox() != Sandbox::kNone) return false;
+  const SpinState& s = t_spin;
+  return s.skip == 0 || coarse_now_ns() - s.last_wait_ns > kIdleResetNs;
+}
+
 Spinner::~Spinner() {
   if (!recorded_) finish(false);
 }

@@ -42,6 +42,10 @@ class Spinner {
  public:
   // Decides for this wait; deadline_ns (now_ns() clock, 0: none) caps it.
   explicit Spinner(uint64_t deadline_ns = 0);
+  // Whether a Spinner made now would spin, without making one (which takes
+  // a turn of the backoff): a wait that will not spin can go to sleep at
+  // once, its sleep being its first look (preload's poll and epoll hooks).
+  static bool would_spin();
   Spinner(const Spinner&) = delete;
   Spinner& operator=(const Spinner&) = delete;
   // Records the outcome of the wait if nobody did.
