@@ -20,6 +20,7 @@
 #include "util/config.h"
 #include "util/fault.h"
 #include "util/log.h"
+#include "util/reused_socket.h"
 
 namespace rdmashim::discovery {
 namespace {
@@ -33,10 +34,38 @@ socklen_t entry_name(int family, const unsigned char* addr, uint16_t port, socka
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-bool entry_exists(int probe, int family, const unsigned char* addr, uint16_t port) {
+ReusedSocket g_probe(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+
+// Asks whether an abstract name is bound by connecting to it, on the
+// process's reused datagram socket. The connection is undone before the
+// socket is reused: it would keep the name's socket alive.
+class Probe {
+ public:
+  explicit Probe(bool fail) : s_(fail ? ReusedSocket::Lease() : g_probe.lease()) {}
+  Probe(const Probe&) = delete;
+  Probe& operator=(const Probe&) = delete;
+  ~Probe() {
+    sockaddr none{};
+    none.sa_family = AF_UNSPEC;
+    if (connected_ && sys::real().connect(s_.fd(), &none, sizeof none) != 0) s_.discard();
+  }
+  explicit operator bool() const { return static_cast<bool>(s_); }
+  int fd() const { return s_.fd(); }
+  bool connect(const sockaddr_un& name, socklen_t len) {
+    if (!s_ || sys::real().connect(s_.fd(), reinterpret_cast<const sockaddr*>(&name), len) != 0) return false;
+    connected_ = true;
+    return true;
+  }
+
+ private:
+  ReusedSocket::Lease s_;
+  bool connected_ = false;
+};
+
+bool entry_exists(Probe& probe, int family, const unsigned char* addr, uint16_t port) {
   sockaddr_un name;
   socklen_t len = entry_name(family, addr, port, &name);
-  return !RDMASHIM_FAULT(kProbeConnect) && sys::real().connect(probe, reinterpret_cast<sockaddr*>(&name), len) == 0;
+  return !RDMASHIM_FAULT(kProbeConnect) && probe.connect(name, len);
 }
 
 // A client's announcement: "the socket with this inode will send a Hello".
@@ -182,18 +211,18 @@ bool peer_advertised(const sockaddr* peer, socklen_t len) {
     case PeerRule::kDiscover: break;
   }
   int saved = errno;
-  UniqueFd probe(RDMASHIM_FAULT(kProbeSocket) ? -1 : sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  Probe probe(RDMASHIM_FAULT(kProbeSocket));
   bool found = false;
   if (probe) {
     static const unsigned char kAny[16] = {};
-    found = entry_exists(probe.get(), e.family, e.addr, e.port) ||
-            entry_exists(probe.get(), e.family, kAny, e.port) ||
+    found = entry_exists(probe, e.family, e.addr, e.port) ||
+            entry_exists(probe, e.family, kAny, e.port) ||
             // A dual-stack IPv6 wildcard listener also takes IPv4 clients.
-            (e.family == AF_INET && entry_exists(probe.get(), AF_INET6, kAny, e.port));
+            (e.family == AF_INET && entry_exists(probe, AF_INET6, kAny, e.port));
   }
   // Then whether the advertiser owns the listener, and last (the dearest):
   // only a destination in this namespace can be the advertised listener.
-  found = found && advert_owns_listener(probe.get(), e) && is_local_address(peer, len);
+  found = found && advert_owns_listener(probe.fd(), e) && is_local_address(peer, len);
   errno = saved;
   return found;
 }
@@ -219,12 +248,11 @@ bool client_announced(int fd, bool* local) {
   *local = diag.tcp_peer_owner(fd, &client);
   if (!*local) return false;
   int saved = errno;
-  UniqueFd probe(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  Probe probe(false);
   sockaddr_un name;
   socklen_t n = client_name(client.inode, &name);
   uint32_t owner = 0;
-  bool yes = probe && sys::real().connect(probe.get(), reinterpret_cast<sockaddr*>(&name), n) == 0 &&
-             diag.unix_peer_uid(probe.get(), &owner) && owner == client.uid;
+  bool yes = probe.connect(name, n) && diag.unix_peer_uid(probe.fd(), &owner) && owner == client.uid;
   errno = saved;
   return yes;
 }

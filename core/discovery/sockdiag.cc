@@ -7,6 +7,7 @@
 #include <netinet/in.h>
 #include <sys/stat.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 
@@ -17,9 +18,12 @@
 namespace rdmashim::discovery {
 namespace {
 
+ReusedSocket g_netlink(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG);
+std::atomic<uint32_t> g_seq{0};  // per process, so an answer left unread never matches
+
 }  // namespace
 
-Diag::Diag() : nl_(RDMASHIM_FAULT(kSockdiag) ? -1 : sys::real().socket(AF_NETLINK, SOCK_DGRAM | SOCK_CLOEXEC, NETLINK_SOCK_DIAG)) {}
+Diag::Diag() : nl_(RDMASHIM_FAULT(kSockdiag) ? ReusedSocket::Lease() : g_netlink.lease()) {}
 
 // Sends one request and copies the first answer into `reply`. Returns the
 // answer's payload length, or -1 (no such socket, or the query failed).
@@ -29,23 +33,34 @@ int Diag::query(void* request, void* reply, size_t cap) {
   if (!nl_) return -1;
   req->nlmsg_type = SOCK_DIAG_BY_FAMILY;
   req->nlmsg_flags = NLM_F_REQUEST;
+  req->nlmsg_seq = g_seq.fetch_add(1, std::memory_order_relaxed) + 1;
   sockaddr_nl kernel{};
   kernel.nl_family = AF_NETLINK;
-  if (sys.sendto(nl_.get(), req, req->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) !=
+  if (sys.sendto(nl_.fd(), req, req->nlmsg_len, 0, reinterpret_cast<sockaddr*>(&kernel), sizeof kernel) !=
       static_cast<ssize_t>(req->nlmsg_len)) {
+    nl_.discard();
     return -1;
   }
+  // An exact lookup has one answer (the socket, or NLMSG_ERROR), queued
+  // before sendto() returned. One of another sequence number would be a
+  // question's answer left unread: skipped, and the socket not reused.
   alignas(nlmsghdr) unsigned char buf[1024];
-  ssize_t n = sys.recv(nl_.get(), buf, sizeof buf, 0);
-  auto* h = reinterpret_cast<nlmsghdr*>(buf);
-  if (n < static_cast<ssize_t>(sizeof *h) || !NLMSG_OK(h, static_cast<unsigned>(n)) ||
-      h->nlmsg_type != SOCK_DIAG_BY_FAMILY) {
-    return -1;  // NLMSG_ERROR: ENOENT for no such socket
+  for (int tries = 0; tries < 4; ++tries) {
+    ssize_t n = sys.recv(nl_.fd(), buf, sizeof buf, tries == 0 ? 0 : MSG_DONTWAIT);
+    auto* h = reinterpret_cast<nlmsghdr*>(buf);
+    if (n < static_cast<ssize_t>(sizeof *h) || !NLMSG_OK(h, static_cast<unsigned>(n))) break;
+    if (h->nlmsg_seq != req->nlmsg_seq) {
+      nl_.discard();
+      continue;
+    }
+    if (h->nlmsg_type != SOCK_DIAG_BY_FAMILY) return -1;  // NLMSG_ERROR: ENOENT for no such socket
+    size_t len = h->nlmsg_len - NLMSG_HDRLEN;
+    if (len > cap) len = cap;
+    memcpy(reply, NLMSG_DATA(h), len);
+    return static_cast<int>(len);
   }
-  size_t len = h->nlmsg_len - NLMSG_HDRLEN;
-  if (len > cap) len = cap;
-  memcpy(reply, NLMSG_DATA(h), len);
-  return static_cast<int>(len);
+  nl_.discard();
+  return -1;
 }
 
 // One unix socket by inode: the attribute `want` (a u32) of UDIAG_SHOW_* `show`.

@@ -2,16 +2,16 @@
 // the abstract unix namespace, which anyone may bind, are only believed when
 // their owner is the owner of the TCP socket they speak for.
 //
-// Every query is one exact lookup (no dump) on a netlink socket that a Diag
-// opens for its lifetime (one question's worth: a socket kept longer could
-// be closed or replaced by the application's closefrom()).
+// Every query is one exact lookup (no dump), on the process's reused netlink
+// socket (util/reused_socket.h) for the lifetime of a Diag, or on one of the
+// Diag's own if another question holds that one.
 #pragma once
 
 #include <sys/socket.h>
 
 #include <cstdint>
 
-#include "util/unique_fd.h"
+#include "util/reused_socket.h"
 
 namespace rdmashim::discovery {
 
@@ -59,7 +59,7 @@ class Diag {
   int query(void* req, void* reply, size_t cap);
   bool tcp_peer_lookup(int fd, TcpOwner* out, Endpoint* peer_end);
   bool unix_attr(uint32_t inode, uint32_t show, uint16_t want, uint32_t* out);
-  UniqueFd nl_;
+  ReusedSocket::Lease nl_;
 };
 
 inline bool tcp_server_uid(int fd, uint32_t* uid) { return Diag().tcp_server_uid(fd, uid); }

@@ -70,9 +70,10 @@ bool move_all(int* fds, int n, int from, rlim_t end, int later) {
   return false;
 }
 
-// Above the soft limit: raised for the moves, then put back. Another thread
-// of the program opening a descriptor meanwhile gets the number it would
-// have had (the lowest free one), unless none was free below the limit.
+// Above the soft limit: raised for the moves, then put back (g_mu held).
+// Another thread of the program opening a descriptor meanwhile gets the
+// number it would have had (the lowest free one), unless none was free
+// below the limit.
 bool move_above(int* fds, int n, const rlimit& lim, int later) {
   if (sandbox() != Sandbox::kNone || lim.rlim_cur == RLIM_INFINITY || lim.rlim_max <= lim.rlim_cur ||
       lim.rlim_cur > static_cast<rlim_t>(INT32_MAX) - kAboveSpan) {
@@ -80,7 +81,6 @@ bool move_above(int* fds, int n, const rlimit& lim, int later) {
   }
   rlimit raised = lim;
   raised.rlim_cur = std::min<rlim_t>(lim.rlim_max, lim.rlim_cur + kAboveSpan);
-  std::lock_guard<std::mutex> lock(g_mu);
   if (setrlimit(RLIMIT_NOFILE, &raised) != 0) return false;  // above nr_open, say: stay below
   bool ok = move_all(fds, n, static_cast<int>(lim.rlim_cur), raised.rlim_cur, later);
   setrlimit(RLIMIT_NOFILE, &lim);
@@ -106,9 +106,14 @@ bool keep(int* fds, int n, int later) {
   int saved = errno;
   bool ok = n > 0;
   for (int i = 0; i < n; ++i) ok = ok && fds[i] >= 0;
-  rlimit lim{};
-  ok = ok && getrlimit(RLIMIT_NOFILE, &lim) == 0;
-  ok = ok && (move_above(fds, n, lim, later) || move_into_zone(fds, n, lim, later));
+  {
+    // The limit is read under the lock too: another thread's raise in
+    // progress is not the program's limit (put back, it would stay raised).
+    std::lock_guard<std::mutex> lock(g_mu);
+    rlimit lim{};
+    ok = ok && getrlimit(RLIMIT_NOFILE, &lim) == 0;
+    ok = ok && (move_above(fds, n, lim, later) || move_into_zone(fds, n, lim, later));
+  }
   if (!ok) close_all(fds, n);
   for (int i = 0; ok && i < n; ++i) mark(fds[i]);
   errno = saved;
@@ -123,6 +128,8 @@ bool is_ours(int fd) {
 }
 
 void adopt(int fd) { mark(fd); }
+
+void disown(int fd) { g_ours.clear(fd); }
 
 void close(int fd) {
   g_ours.clear(fd);

@@ -67,6 +67,9 @@ class Promise {
 bool is_ours(int fd);
 // Marks an inherited descriptor (adopted across exec) as ours.
 void adopt(int fd);
+// Forgets `fd` as ours without closing it: the program put a descriptor of
+// its own at that number (dup2 onto it), which the kernel let it do.
+void disown(int fd);
 // Calls fn(a, b, ctx) for each maximal run [a, b] within [first, last] that
 // holds none of ours, in order; stops at (and returns) a negative result.
 int for_each_gap(unsigned first, unsigned last, int (*fn)(unsigned a, unsigned b, void* ctx), void* ctx);

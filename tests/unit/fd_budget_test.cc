@@ -12,26 +12,18 @@
 
 #include <gtest/gtest.h>
 
+#include "in_child.h"
+
+#include <algorithm>
+#include <atomic>
+#include <thread>
 #include <utility>
 #include <vector>
 
 namespace rdmashim {
 namespace {
 
-// Runs fn in a forked child with RLIMIT_NOFILE {soft, hard}; the child's
-// exit status is the number of failed checks.
-template <typename Fn>
-int in_child(rlim_t soft, rlim_t hard, Fn fn) {
-  pid_t pid = fork();
-  if (pid == 0) {
-    rlimit lim{soft, hard};
-    if (setrlimit(RLIMIT_NOFILE, &lim) != 0) _exit(100);
-    _exit(fn());
-  }
-  int status = 0;
-  waitpid(pid, &status, 0);
-  return WIFEXITED(status) ? WEXITSTATUS(status) : 99;
-}
+using test::in_child;
 
 int next_number() {
   int fd = eventfd(0, EFD_CLOEXEC);
@@ -109,6 +101,31 @@ TEST(FdBudget, GapsSkipOurs) {
     bad += gaps.size() != 2 || gaps[0] != std::make_pair(3u, fa - 1) || fb != fa + 1 ||
            gaps[1] != std::make_pair(fb + 1, ~0U);
     return bad;
+  });
+  EXPECT_EQ(r, 0);
+}
+
+// keep() raises the soft limit for a moment: another thread's keep() must
+// neither read the raised limit as the program's (and put that back, or aim
+// into a zone above the real limit) nor fail for it. Four threads keep and
+// close descriptors as fast as they can.
+TEST(FdBudget, ConcurrentKeepsAllLandAboveAndPutTheLimitBack) {
+  int r = in_child(64, 4096, [] {
+    std::atomic<int> bad{0};
+    std::vector<std::thread> threads;
+    for (int t = 0; t < 4; ++t) {
+      threads.emplace_back([&bad] {
+        for (int i = 0; i < 2000; ++i) {
+          UniqueFd fd(eventfd(0, EFD_CLOEXEC));
+          if (!fds::keep(fd, 4) || fd.get() < 64) bad.fetch_add(1);
+        }
+      });
+    }
+    for (auto& t : threads) t.join();
+    rlimit lim{};
+    getrlimit(RLIMIT_NOFILE, &lim);
+    int limit_changed = lim.rlim_cur != 64 || lim.rlim_max != 4096;
+    return std::min(bad.load(), 100) + limit_changed;
   });
   EXPECT_EQ(r, 0);
 }
