@@ -103,7 +103,7 @@ IFS=/ read -r b2 b3 <<<"$(kv "$b" dead)"
 check "idle heartbeat: a live link beats" "$([[ $b0 =~ ^[0-9]+$ && $b1 =~ ^[0-9]+$ && $((b1 - b0)) -ge 2 && $(kv "$b" server) == verbs ]] && echo 1 || echo 0)" \
 	"verbs_beats $b0 -> $b1 in 4.5 s idle, server $(kv "$b" server), client $(kv "$b" client)"
 check "idle heartbeat: one beat at most to a killed peer" "$([[ $b2 =~ ^[0-9]+$ && $b3 =~ ^[0-9]+$ && $((b3 - b2)) -le 1 && $b2 -gt 0 && $(kv "$b" server) == verbs ]] && echo 1 || echo 0)" \
-	"verbs_beats $b2 -> $b3 in 5.5 s, from 1 s after the kill (server $(kv "$b" server))"
+	"verbs_beats $b2 -> $b3 in 5.5 s, from 1 s after the kill (server $(kv "$b" server), still running at the last look: $(kv "$b" server_alive))"
 if ((fail)); then
 	echo "softroce.verbs_local: FAILED"
 	exit 1
