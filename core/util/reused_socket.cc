@@ -8,6 +8,7 @@
 
 #include "sys/sys.h"
 #include "util/fd_budget.h"
+#include "util/process.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim {
@@ -20,6 +21,14 @@ ReusedSocket::Lease::~Lease() {
     fds::close(fd_);
   }
 }
+
+namespace {
+
+std::atomic<bool> g_namespace_moved{false};
+
+}  // namespace
+
+void ReusedSocket::stop_after_namespace_move() { g_namespace_moved.store(true, std::memory_order_relaxed); }
 
 bool ReusedSocket::still_ours(pid_t self) {
   if (fd_ < 0) return false;
@@ -38,7 +47,12 @@ bool ReusedSocket::still_ours(pid_t self) {
 ReusedSocket::Lease ReusedSocket::lease() {
   int saved = errno;
   const auto& sys = sys::real();
-  if (!busy_.exchange(true, std::memory_order_acquire)) {
+  // Under a seccomp filter nothing is reused (the calls stay the ones made
+  // before there was reuse: socket, the question, close), nor once a thread
+  // moved to another network namespace (see the header); one opened before
+  // stays unused.
+  const bool reuse = sandbox() == Sandbox::kNone && !g_namespace_moved.load(std::memory_order_relaxed);
+  if (reuse && !busy_.exchange(true, std::memory_order_acquire)) {
     const pid_t self = getpid();
     if (!still_ours(self) && gave_up_in_ != self) {
       UniqueFd fresh(sys.socket(domain_, type_, protocol_));

@@ -11,6 +11,11 @@
 // (on the parent's copy either process could read the other's answers); one
 // forked while another thread held the socket opens one per question. If
 // the program dup2()ed a descriptor onto our number, it is the program's.
+// Nothing is reused under a seccomp filter, nor once a thread of the process
+// moved to another network namespace (setns, unshare: per thread, and the
+// abstract names a socket reaches and the sockets sock_diag answers about
+// are those of the namespace it was opened in); asking /proc which
+// namespace a thread is in would cost more than a new socket.
 #pragma once
 
 #include <sys/types.h>
@@ -50,6 +55,10 @@ class ReusedSocket {
   };
 
   Lease lease();
+
+  // setns()/unshare() of a network namespace (preload/hooks_namespace.cc):
+  // from now on no ReusedSocket of this process is reused.
+  static void stop_after_namespace_move();
 
  private:
   bool still_ours(pid_t self);  // busy_ held

@@ -6,6 +6,9 @@
 #include "util/reused_socket.h"
 
 #include <fcntl.h>
+#include <linux/sockios.h>
+#include <sched.h>
+#include <sys/ioctl.h>
 #include <sys/eventfd.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
@@ -174,6 +177,41 @@ TEST(ReusedSocket, NoRoomAtAllMeansOneSocketPerQuestion) {
     bad += next_number() != before;
     return bad;
   });
+  EXPECT_EQ(r, 0);
+}
+
+ino_t netns_of_socket(int fd) {
+  int ns = ioctl(fd, SIOCGSKNS);
+  ino_t ino = ns >= 0 ? inode_of(ns) : 0;
+  if (ns >= 0) close(ns);
+  return ino;
+}
+
+ino_t netns_of_thread() {
+  struct stat st{};
+  return stat("/proc/thread-self/ns/net", &st) == 0 ? st.st_ino : 0;
+}
+
+// As after the setns()/unshare() hooks (preload/hooks_namespace.cc): the
+// socket of the old namespace is not used again, and questions are asked on
+// sockets opened in the new one.
+TEST(ReusedSocket, AfterAMoveToAnotherNetworkNamespaceNothingIsReused) {
+  if (geteuid() != 0) GTEST_SKIP() << "unshare(CLONE_NEWNET) needs root";
+  int r = in_child(64, 256, [] {
+    ReusedSocket s(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+    int bad = 0;
+    Used first = first_use(s);
+    bad += netns_of_socket(first.fd) != netns_of_thread();
+    ReusedSocket::stop_after_namespace_move();
+    if (unshare(CLONE_NEWNET) != 0) return 77;
+    for (int i = 0; i < 2; ++i) {
+      ReusedSocket::Lease b = s.lease();
+      bad += !b || b.fd() == first.fd;
+      bad += netns_of_socket(b.fd()) != netns_of_thread();  // opened in the new namespace
+    }
+    return bad;
+  });
+  if (r == 77) GTEST_SKIP() << "unshare(CLONE_NEWNET) failed";
   EXPECT_EQ(r, 0);
 }
 
