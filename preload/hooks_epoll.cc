@@ -524,7 +524,8 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
 
     // Sleep on the kernel's list (plain descriptors, our tagged sockets'
     // TCP sides, the doorbells), then merge as above.
-    // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
+    // A handshake prefix's deadline ends the sleep early (its bytes turn
+    // readable), as does a held first write's (Connection::wake_deadline).
     std::vector<Armed> armed;
     int64_t wake = dl;
     SleepingOnSets sleeping;
@@ -599,7 +600,15 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
       continue;
     }
     Connection& c = *r->entry->conn;
-    wake = earliest(wake, c.prefix_deadline());
+    wake = earliest(wake, c.wake_deadline());
+    // A held first write ends with the Hello: the kernel must tell us of
+    // its bytes even where the program asked for EPOLLOUT only.
+    if (!(r->kernel_events & EPOLLIN) && c.holding(now_ns())) {
+      epoll_event k{};
+      k.events = r->kernel_events | EPOLLIN | EPOLLRDHUP;
+      k.data.u64 = set.tag_of(*r);
+      if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0) r->kernel_events = k.events;
+    }
     if (c.on_ring()) {
       if (!r->doorbell_added) {
         epoll_event k{};

@@ -170,7 +170,8 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     // kernel descriptors and the doorbells together. Those still in the
     // handshake wake the kernel wait by their TCP bytes; an epoll set of
     // ours by its own descriptor (its doorbells are registered in it).
-    // A handshake prefix's deadline ends the sleep early (its bytes turn readable).
+    // A handshake prefix's deadline ends the sleep early (its bytes turn
+    // readable), as does a held first write's (Connection::wake_deadline).
     std::vector<Armed> armed;
     bool ready = false;
     int64_t wake = dl;
@@ -182,7 +183,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
         if (!sleeping) sleeping.emplace();
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
       } else {
-        wake = earliest(wake, v->conn->prefix_deadline());
+        wake = earliest(wake, v->conn->wake_deadline());
         if (v->conn->on_ring()) {
           unsigned what = v->conn->arm(fds[vidx[j]].events);
           armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});

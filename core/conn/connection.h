@@ -196,6 +196,16 @@ class Connection {
   // at which its bytes become the application's; 0 when none. A waiter must
   // not sleep past it (poll_events reports POLLIN once it passed).
   uint64_t prefix_deadline() const { return prefix_deadline_ns_.load(std::memory_order_relaxed); }
+  // The now_ns() by which a waiter must look again: the prefix deadline, or
+  // while a non-blocking first write is held for an announced client's
+  // Hello (await_hello_before_speaking), the hold's end or its next look at
+  // the announcement; 0: none.
+  uint64_t wake_deadline() const;
+  // A non-blocking first write is held at `now` (see wake_deadline()).
+  bool holding(uint64_t now) const {
+    uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
+    return until > kHoldOver && now < until;
+  }
   // A look at readiness found the TCP side readable (a FIN, a control
   // frame; before the ring a Hello, an Ack, a frame or a Switch) while
   // another thread held the locks, so it left it unread. An edge-triggered
@@ -303,7 +313,15 @@ class Connection {
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int wait_prefix(size_t have, bool block);
   void end_prefix();
-  void await_hello_before_speaking();  // server, both locks held
+  // Server, both locks held, before the program's first write: 0 to go on,
+  // -EAGAIN while a non-blocking write is held for the Hello.
+  int await_hello_before_speaking(bool nonblock);
+  bool hold_goes_on();  // the hold is still on (ends it if not)
+  void end_hold() {
+    if (hold_until_ns_.load(std::memory_order_relaxed) > kHoldOver) {
+      hold_until_ns_.store(kHoldOver, std::memory_order_relaxed);
+    }
+  }
   int detect_hello(int flags, bool may_wait);
   void discard_unread_handshake();
   int await_ack(int flags, bool may_wait);
@@ -487,6 +505,17 @@ class Connection {
   // the kernel wakes nobody until more bytes (or FIN) arrive; lowat_mu_ guards
   // raising, restoring and the application's own setsockopt meanwhile.
   std::atomic<uint64_t> prefix_deadline_ns_{0};
+  // The hold of a non-blocking first write (await_hello_before_speaking):
+  // 0 none yet, kHoldOver once over, else the now_ns() it ends at. While
+  // it lasts the socket is not writable and the kernel is asked about
+  // POLLIN instead (the Hello, or the client's end, ends it).
+  static constexpr uint64_t kHoldOver = 1;
+  static constexpr uint64_t kHoldFirstLookNs = 5'000'000;
+  static constexpr int kHoldInCallMs = 1;  // a non-blocking first write's wait before the hold
+  std::atomic<uint64_t> hold_until_ns_{0};
+  std::atomic<uint64_t> hold_check_ns_{0};  // the next look at the client's announcement
+  std::atomic<bool> hold_local_{false};     // announced on this host (else by RDMA-CM)
+  std::atomic<bool> writable_told_{false};  // poll_events said POLLOUT before the first write
   std::atomic<bool> control_unsettled_{false};  // see control_unsettled()
   std::mutex lowat_mu_;
   std::atomic<int> app_lowat_{-1};         // the application's SO_RCVLOWAT while raised; -1: not raised

@@ -408,13 +408,15 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
   follow_sibling_switch_tx();
   if (rx.owns_lock()) {
     tx_held_ = true;
+    int held = 0;
     if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
-      await_hello_before_speaking();
+      held = await_hello_before_speaking(nonblocking(flags));
     } else if (rx_ == Rx::kAwaitAck) {
       (void)await_ack(MSG_DONTWAIT, false);
     }
     tx_held_ = false;
     rx.unlock();
+    if (held != 0) return held;
   }
   if (tx_ == Tx::kUndecided) {
     // Our application speaks first and no Hello is here: its bytes go out as

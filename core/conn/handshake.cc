@@ -197,6 +197,7 @@ int Connection::detect_hello(int flags, bool may_wait) {
   RDMASHIM_SCHED_POINT(kHandshakeDetectHello);
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
+  end_hold();  // a held first write goes on (onto the ring, or raw)
   if (r == 0) {  // a plain client: everything stays as it is
     rx_ = Rx::kRaw;
     if (tx_ == Tx::kUndecided) tx_ = Tx::kRaw;
@@ -221,18 +222,54 @@ int Connection::detect_hello(int flags, bool may_wait) {
 // (discovery::remote_client_announced). For it we wait until its Hello is
 // here, so a server that speaks first upgrades every time. A client that did
 // not announce itself is not waited for at all.
-void Connection::await_hello_before_speaking() {
-  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return;
+// A non-blocking write waits at most kHoldInCallMs: a well-behaved client's
+// Hello is microseconds behind its connect, and a program may not expect
+// EAGAIN from a fresh socket's first small write (TCP never gives it, nor
+// after poll said writable: then the bytes go out raw). Then it gets EAGAIN and the socket reads as not writable (poll_events) until
+// the Hello comes, the client's announcement goes or the setup timeout
+// passes, as with a full send buffer. So a client that announces a Hello
+// and never sends it (a hostile one) holds back its own greeting, and costs
+// an event loop at most that millisecond, not the setup timeout.
+int Connection::await_hello_before_speaking(bool nonblock) {
+  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return 0;
+  uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
+  if (until == kHoldOver) return 0;  // held once already: the bytes go out raw
   int saved = errno;
-  bool local = false;
-  bool announced = discovery::client_announced(fd_, &local);
-  if (!local) announced = discovery::remote_client_announced(fd_);
-  errno = saved;
-  if (!announced) return;
+  bool local = hold_local_.load(std::memory_order_relaxed);
+  if (until == 0) {
+    bool announced = discovery::client_announced(fd_, &local);
+    if (!local) announced = discovery::remote_client_announced(fd_);
+    errno = saved;
+    if (!announced) return 0;
+    const uint64_t now = now_ns();
+    until = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
+    if (nonblock) {
+      pollfd p{fd_, POLLIN, 0};
+      sys::wait(&p, 1, kHoldInCallMs);  // the program's own way of sleeping
+      if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return 0;
+      // Told writable already: EAGAIN now would be what TCP never does
+      // (poll said writable, then nothing fits). The bytes go out raw.
+      if (writable_told_.load(std::memory_order_relaxed)) {
+        RDMASHIM_DEBUG("fd %d: no Hello yet and the socket was reported writable: not held", fd());
+        hold_until_ns_.store(kHoldOver, std::memory_order_relaxed);
+        return 0;
+      }
+      RDMASHIM_DEBUG("fd %d: holding the first write for the Hello its client announced", fd());
+      hold_local_.store(local, std::memory_order_relaxed);
+      hold_check_ns_.store(now + kHoldFirstLookNs, std::memory_order_relaxed);
+      hold_until_ns_.store(until, std::memory_order_relaxed);
+    }
+  }
+  if (nonblock) {
+    if (!hold_goes_on()) return 0;
+    // As a write that found the ring full: the switch onto the ring (the
+    // Hello) is then an edge for an edge-triggered waiter (tx_progress).
+    tx_full_.fetch_add(1, std::memory_order_relaxed);
+    return -EAGAIN;
+  }
   RDMASHIM_DEBUG("fd %d: waiting for the Hello its client announced", fd());
   const uint64_t start = now_ns();
   uint64_t now = start;
-  uint64_t until = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
   while (rx_ == Rx::kDetectHello && now < until) {
     pollfd p{fd_, POLLIN, 0};
     // In slices: a client that gives up without a Hello withdraws its
@@ -240,7 +277,7 @@ void Connection::await_hello_before_speaking() {
     // announced arriving on another connection from the same address), and
     // then we stop waiting (after one last look).
     sys::wait(&p, 1, 5);  // the program's own way of sleeping
-    if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN) return;
+    if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN) break;
     if (p.revents == 0) {
       saved = errno;
       bool still = local ? discovery::client_announced(fd_, &local) : discovery::remote_client_announced(fd_);
@@ -253,7 +290,7 @@ void Connection::await_hello_before_speaking() {
                          fd(), static_cast<unsigned long long>((now_ns() - start) / 1'000'000),
                          t ? t->size(now_ns()) : 0);
         }
-        return;
+        break;
       }
     }
     now = now_ns();
@@ -261,6 +298,43 @@ void Connection::await_hello_before_speaking() {
   if (rx_ == Rx::kDetectHello) {
     RDMASHIM_DEBUG("fd %d: no Hello from the announced client within the setup timeout", fd());
   }
+  end_hold();
+  return 0;
+}
+
+// While a non-blocking first write is held: whether the hold goes on. It
+// ends (for good) when the setup timeout passed or the client's
+// announcement is gone (looked at 5 ms in, then at doubling intervals, by
+// one caller at a time: a look costs a netlink question).
+bool Connection::hold_goes_on() {
+  uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
+  if (until <= kHoldOver) return false;
+  uint64_t now = now_ns();
+  bool on = now < until;
+  uint64_t check = hold_check_ns_.load(std::memory_order_relaxed);
+  if (on && now >= check) {
+    uint64_t started = until - uint64_t{config().setup_timeout_ms} * 1'000'000;
+    uint64_t next = now + std::max<uint64_t>(kHoldFirstLookNs, now - started);
+    if (hold_check_ns_.compare_exchange_strong(check, next, std::memory_order_relaxed)) {
+      int saved = errno;
+      bool local = hold_local_.load(std::memory_order_relaxed);
+      on = local ? discovery::client_announced(fd_, &local) : discovery::remote_client_announced(fd_);
+      errno = saved;
+      if (!on) RDMASHIM_DEBUG("fd %d: the announcement is gone: the held write goes", fd());
+    }
+  }
+  if (!on) end_hold();
+  return on;
+}
+
+uint64_t Connection::wake_deadline() const {
+  uint64_t dl = prefix_deadline_ns_.load(std::memory_order_relaxed);
+  uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
+  if (until > kHoldOver) {
+    uint64_t hold = std::min(until, hold_check_ns_.load(std::memory_order_relaxed));
+    dl = dl == 0 ? hold : std::min(dl, hold);
+  }
+  return dl;
 }
 
 // Both locks held. The client frames everything after its Hello.

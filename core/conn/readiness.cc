@@ -197,7 +197,13 @@ short Connection::poll_events(short want, short kernel) {
     if (urg_state_.load(std::memory_order_relaxed) == kUrgValid) ev |= POLLPRI;
   }
   if (!tx_ring_.load(std::memory_order_acquire)) {
-    ev |= kernel & (POLLOUT | POLLWRNORM | POLLWRBAND);
+    // Not writable while a first write is held (after the look above: its
+    // Hello may just have been read).
+    bool held = hold_until_ns_.load(std::memory_order_relaxed) > kHoldOver && hold_goes_on();
+    if (!held) ev |= kernel & (POLLOUT | POLLWRNORM | POLLWRBAND);
+    if ((ev & want & (POLLOUT | POLLWRNORM)) && !writable_told_.load(std::memory_order_relaxed)) {
+      writable_told_.store(true, std::memory_order_relaxed);  // a write must not meet a hold now
+    }
   } else if (ring_->writable_hint() || peer_gone_.load(std::memory_order_relaxed) ||
              tx_shut_.load(std::memory_order_relaxed)) {
     ev |= POLLOUT | POLLWRNORM;  // after SHUT_WR the kernel too says writable (the write fails)
@@ -277,7 +283,16 @@ short Connection::kernel_interest(short want) const {
   } else if (!rx_end_.load(std::memory_order_acquire)) {
     k |= POLLIN;  // control frames, FIN, RST; after the end it would stay readable forever
   }
-  if (!tx_ring_.load(std::memory_order_acquire)) k |= want & (POLLOUT | POLLWRNORM | POLLWRBAND);
+  if (!tx_ring_.load(std::memory_order_acquire)) {
+    short out = want & (POLLOUT | POLLWRNORM | POLLWRBAND);
+    // A held first write waits for the Hello (or the client's end), not for
+    // room: the TCP side is writable all along.
+    if (out && hold_until_ns_.load(std::memory_order_relaxed) > kHoldOver && holding(now_ns())) {
+      k |= POLLIN | POLLRDHUP;
+    } else {
+      k |= out;
+    }
+  }
   return k;
 }
 

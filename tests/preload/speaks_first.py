@@ -263,24 +263,30 @@ def client(a):
     return 1 if bad else 0
 
 
-p = argparse.ArgumentParser()
-p.add_argument("mode", choices=["server", "client"])
-p.add_argument("--port-file")
-p.add_argument("--port", type=int)
-p.add_argument("--bind", default="127.0.0.1")
-p.add_argument("--fork", action="store_true", help="a child process per connection greets and serves it")
-p.add_argument("--backlog", type=int, default=128)
-p.add_argument("--accept-delay-ms", type=float, default=0, help="once a connection is queued, wait this long before accept()")
-p.add_argument("--extra", type=int, default=0, help="connections served before the counted ones, unchecked")
-p.add_argument("--host", default="127.0.0.1")
-p.add_argument("--compare-port", type=int, help="also connect to this server, interleaved, and compare the times")
-p.add_argument("--connect-wait", type=float, default=0, help="first wait until the server listens (one extra connection)")
-p.add_argument("--count", type=int, default=100)
-p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
-p.add_argument("--mixed-connected", action="store_true",
-               help="with --mixed: wait until the connect completed (writable) before the 3 ms")
-p.add_argument("--wait-in", choices=["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait2", "epoll-nested",
-                                    "poll-epoll", "poll-nofile"],
-               help="non-blocking connects, waiting for the greeting (readable only) with this call")
-a = p.parse_args()
-sys.exit(server(a) if a.mode == "server" else client(a))
+
+def main():
+    p = argparse.ArgumentParser()
+    p.add_argument("mode", choices=["server", "client"])
+    p.add_argument("--port-file")
+    p.add_argument("--port", type=int)
+    p.add_argument("--bind", default="127.0.0.1")
+    p.add_argument("--fork", action="store_true", help="a child process per connection greets and serves it")
+    p.add_argument("--backlog", type=int, default=128)
+    p.add_argument("--accept-delay-ms", type=float, default=0, help="once a connection is queued, wait this long before accept()")
+    p.add_argument("--extra", type=int, default=0, help="connections served before the counted ones, unchecked")
+    p.add_argument("--host", default="127.0.0.1")
+    p.add_argument("--compare-port", type=int, help="also connect to this server, interleaved, and compare the times")
+    p.add_argument("--connect-wait", type=float, default=0, help="first wait until the server listens (one extra connection)")
+    p.add_argument("--count", type=int, default=100)
+    p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
+    p.add_argument("--mixed-connected", action="store_true",
+                   help="with --mixed: wait until the connect completed (writable) before the 3 ms")
+    p.add_argument("--wait-in", choices=["poll", "ppoll", "select", "pselect", "epoll", "epoll_pwait2", "epoll-nested",
+                                        "poll-epoll", "poll-nofile"],
+                   help="non-blocking connects, waiting for the greeting (readable only) with this call")
+    a = p.parse_args()
+    return server(a) if a.mode == "server" else client(a)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

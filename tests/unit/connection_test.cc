@@ -588,6 +588,103 @@ TEST(Connection, StalledPrefixOfTheMagicIsDeliveredAfterTheSetupTimeout) {
   EXPECT_EQ(server->prefix_deadline(), 0u);
 }
 
+// Waits for `want` the way the preload's poll does: asks the kernel what
+// kernel_interest() says, sleeps no later than wake_deadline(), and returns
+// what poll_events() reports (0 once `timeout_ms` passed).
+short wait_ready(Connection& c, int fd, short want, int timeout_ms) {
+  const uint64_t end = now_ns() + uint64_t(timeout_ms) * 1'000'000;
+  for (;;) {
+    uint64_t now = now_ns();
+    if (now >= end) return 0;
+    uint64_t wake = std::min(end, c.wake_deadline() ? c.wake_deadline() : end);
+    pollfd p{fd, c.kernel_interest(want), 0};
+    poll(&p, 1, wake > now ? static_cast<int>((wake - now + 999'999) / 1'000'000) : 0);
+    if (short ev = c.poll_events(want, p.revents)) return ev;
+  }
+}
+
+double seconds_since(uint64_t t0) { return static_cast<double>(now_ns() - t0) / 1e9; }
+
+// A loopback pair whose client announced a Hello it has not sent (as a
+// client under rdmashim does before its SYN), and a non-blocking server.
+struct AnnouncedClient {
+  TcpPair t;
+  UniqueFd announced = discovery::announce_client(t.client);
+  std::unique_ptr<Connection> server{Connection::make_server(t.server)};
+  AnnouncedClient() {
+    EXPECT_TRUE(announced);
+    EXPECT_EQ(fcntl(t.server, F_SETFL, fcntl(t.server, F_GETFL) | O_NONBLOCK), 0);
+  }
+};
+
+// A server that speaks first on a non-blocking socket, to a client that
+// announced a Hello not here yet: its write gets EAGAIN at once (never a
+// wait inside the call), the socket is not writable, and the Hello makes it
+// writable, on the ring.
+TEST(Connection, NonBlockingFirstWriteIsHeldForTheAnnouncedHelloNotWaited) {
+  AnnouncedClient c;
+  uint64_t t0 = now_ns();
+  EXPECT_EQ(send_all(*c.server, "banner", 6), -EAGAIN);
+  EXPECT_LT(seconds_since(t0), 0.1) << "a non-blocking write must not wait for the Hello";
+  EXPECT_EQ(c.server->poll_events(POLLOUT, POLLOUT), 0) << "writable while held";
+  EXPECT_EQ(c.server->kernel_interest(POLLOUT), POLLIN | POLLRDHUP);
+  EXPECT_NE(c.server->wake_deadline(), 0u);
+  EXPECT_EQ(wait_ready(*c.server, c.t.server, POLLOUT, 30), 0);
+  std::unique_ptr<Connection> client(Connection::make_client(c.t.client, std::move(c.announced)));  // the Hello
+  ASSERT_TRUE(client);
+  EXPECT_EQ(wait_ready(*c.server, c.t.server, POLLOUT, 1000), POLLOUT);
+  EXPECT_EQ(c.server->wake_deadline(), 0u);
+  ASSERT_EQ(send_all(*c.server, "banner", 6), 6);
+  char buf[6];
+  ASSERT_EQ(recv_some(*client, buf, 6, MSG_WAITALL), 6);
+  EXPECT_EQ(memcmp(buf, "banner", 6), 0);
+  EXPECT_STREQ(c.server->transport_name(), "shm");
+  EXPECT_STREQ(client->transport_name(), "shm");
+}
+
+// Told writable before its first write, a program must not then meet
+// EAGAIN (TCP never does that to a fresh socket): no hold, the bytes go raw.
+TEST(Connection, FirstWriteAfterPollSaidWritableIsNotHeld) {
+  AnnouncedClient c;
+  EXPECT_EQ(c.server->poll_events(POLLOUT, POLLOUT), POLLOUT);
+  uint64_t t0 = now_ns();
+  ASSERT_EQ(send_all(*c.server, "banner", 6), 6);
+  EXPECT_LT(seconds_since(t0), 0.1);
+  EXPECT_STREQ(c.server->transport_name(), "tcp:server-spoke-first");
+}
+
+// A client that announces a Hello and never sends it (a hostile one) holds
+// back its own greeting for the setup timeout, then gets it raw.
+TEST(Connection, HeldFirstWriteGoesOutRawAtTheSetupTimeout) {
+  AnnouncedClient c;
+  uint64_t t0 = now_ns();
+  EXPECT_EQ(send_all(*c.server, "banner", 6), -EAGAIN);
+  EXPECT_EQ(wait_ready(*c.server, c.t.server, POLLOUT, 5000), POLLOUT);
+  double held = seconds_since(t0);
+  EXPECT_GT(held, 1.5);
+  EXPECT_LT(held, 3.5);
+  ASSERT_EQ(send_all(*c.server, "banner", 6), 6);
+  EXPECT_STREQ(c.server->transport_name(), "tcp:server-spoke-first");
+  char buf[6];
+  ASSERT_EQ(recv(c.t.client, buf, 6, MSG_WAITALL), 6);
+  EXPECT_EQ(memcmp(buf, "banner", 6), 0);
+}
+
+// The announcement withdrawn without a Hello (the client gave up): the hold
+// ends within milliseconds, not at the timeout.
+TEST(Connection, HeldFirstWriteGoesOnceTheAnnouncementIsWithdrawn) {
+  AnnouncedClient c;
+  EXPECT_EQ(send_all(*c.server, "banner", 6), -EAGAIN);
+  uint64_t t0 = now_ns();
+  c.announced = UniqueFd();
+  EXPECT_EQ(wait_ready(*c.server, c.t.server, POLLOUT, 5000), POLLOUT);
+  EXPECT_LT(seconds_since(t0), 0.5);
+  ASSERT_EQ(send_all(*c.server, "banner", 6), 6);
+  char buf[6];
+  ASSERT_EQ(recv(c.t.client, buf, 6, MSG_WAITALL), 6);
+  EXPECT_EQ(memcmp(buf, "banner", 6), 0);
+}
+
 // A client's Hello offering verbs, with its Params frame, as a remote
 // rdmashim client would send it.
 struct VerbsHello {
