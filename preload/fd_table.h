@@ -56,7 +56,8 @@ struct Entry {
   uint64_t connected_ns = 0;
   bool advertised = false;           // kPending: the peer advertised before we connected
   bool counted_connecting = false;   // kPending: in g_connecting_clients until destroyed
-  UniqueFd announce;                 // kPending: our announcement (discovery::announce_client)
+  discovery::Announcement announce;  // kPending: our announcement (discovery::announce_client)
+  std::atomic<bool> syns_kept{false};  // kListener: its SYNs are ours to read (discovery/syn_mark.h)
   discovery::RemoteProbe probe;      // kPending: another host's answer, asked before connect()
   // Descriptors (dup, dup2, ...) naming this socket; the connection uses one
   // that is open, so closing the original while a duplicate lives is fine.

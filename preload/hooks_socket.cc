@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <linux/close_range.h>
 #include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <linux/sockios.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
@@ -116,6 +117,7 @@ Entry* listener_entry(int fd) {
   auto* e = new (std::nothrow) Entry(Entry::Kind::kListener);
   if (!e) return nullptr;
   e->advert = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
+  e->syns_kept = discovery::keep_syns(fd);
   e->remote = discovery::advertise_remote(reinterpret_cast<sockaddr*>(&self), len);
   return e;
 }
@@ -149,7 +151,7 @@ int track_accepted(int listener, int fd) {
   int saved = errno;
   Ref l = table().get(listener);
   if (l && l->kind.load() == Entry::Kind::kListener) {
-    std::unique_ptr<Connection> conn = Connection::make_server(fd);
+    std::unique_ptr<Connection> conn = Connection::make_server(fd, l->syns_kept.load(std::memory_order_relaxed));
     auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
     if (e) {
       e->conn = std::move(conn);
@@ -285,7 +287,7 @@ static void remember_plain(int fd, const sockaddr* peer, socklen_t len, uint64_t
 // host's RDMA-CM answer, all asked before connect(). Another host's "no" is
 // remembered only now that the connection exists (a server not up yet must
 // not be cached as plain for a minute).
-void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce,
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, discovery::Announcement announce,
                   const discovery::RemoteProbe& remote, uint64_t connected_ns) {
   if (remote.answer == discovery::RemoteAnswer::kNo) discovery::remember_remote_no(peer, len);
   if (!advertised) {
@@ -386,7 +388,8 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   bool advertised = ours && discovery::peer_advertised(addr, len);
   // Before the SYN: a server that speaks first must find it at accept.
   // Only from a client that will send a Hello (no server waits in vain).
-  UniqueFd announce = advertised && upgrades_allowed() ? discovery::announce_client(fd) : UniqueFd();
+  discovery::Announcement announce;
+  if (advertised && upgrades_allowed()) announce = discovery::announce_client(fd, addr, len);
   // Another host is asked over RDMA-CM, also before the SYN, and told in the
   // same request that our Hello follows: its server may speak first.
   discovery::RemoteProbe remote;
@@ -636,6 +639,13 @@ int getpeername(int fd, sockaddr* addr, socklen_t* len) { return real().getpeern
 int getsockname(int fd, sockaddr* addr, socklen_t* len) { return real().getsockname(fd, addr, len); }
 int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
   int r = real().getsockopt(fd, level, name, val, len);
+  if (r == 0 && level == IPPROTO_TCP && name == TCP_SAVE_SYN && *len >= static_cast<socklen_t>(sizeof(int))) {
+    // Set by us on a listener (discovery/syn_mark.h): the program sees its own 0.
+    if (Ref e = table().get(fd); e && e->kind.load() == Entry::Kind::kListener && e->syns_kept.load()) {
+      int off = 0;
+      memcpy(val, &off, sizeof off);
+    }
+  }
   if (r == 0 && level == SOL_SOCKET && name == SO_RCVLOWAT) {
     // Raised by us while a handshake prefix waits: the application sees its own.
     if (Ref e = table().get(fd); e && e->conn) {
@@ -647,6 +657,10 @@ int getsockopt(int fd, int level, int name, void* val, socklen_t* len) {
 }
 int setsockopt(int fd, int level, int name, const void* val, socklen_t len) {
   int r = real().setsockopt(fd, level, name, val, len);
+  if (r == 0 && level == IPPROTO_TCP && name == TCP_SAVE_SYN) {
+    // The program keeps SYNs itself: they are its to read, never ours.
+    if (Ref e = table().get(fd); e && e->kind.load() == Entry::Kind::kListener) e->syns_kept.store(false);
+  }
   if (r == 0 && level == SOL_SOCKET) {
     int saved = errno;
     if (Ref e = table().get(fd); e && e->conn) note_socket_option(*e->conn, name, val, len);

@@ -37,7 +37,7 @@ void take_over_listener(int fd);
 // Starts tracking a connected client socket (sends the Hello if its peer
 // advertised rdmashim on this host, as asked before connecting). `peer` is
 // where it connected, at `connected_ns` (now_ns()).
-void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, UniqueFd announce,
+void track_client(int fd, const sockaddr* peer, socklen_t len, bool advertised, discovery::Announcement announce,
                   const discovery::RemoteProbe& remote, uint64_t connected_ns);
 
 // Starts tracking an accepted socket handed over across exec (hooks_process.cc).

@@ -70,8 +70,10 @@ Connection::~Connection() {
   if (transport_) transport_->remove_user();
 }
 
-std::unique_ptr<Connection> Connection::make_server(int fd) {
-  return std::unique_ptr<Connection>(new (std::nothrow) Connection(fd, Role::kServer));
+std::unique_ptr<Connection> Connection::make_server(int fd, bool syn_kept) {
+  std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kServer));
+  if (c) c->syn_kept_ = syn_kept;
+  return c;
 }
 
 const char* Connection::transport_name() const { return stats::name(outcome_); }
@@ -79,7 +81,7 @@ const char* Connection::transport_name() const { return stats::name(outcome_); }
 void Connection::settle(stats::Outcome o, bool correct) {
   bool upgraded = outcome_ == stats::Outcome::kShm || outcome_ == stats::Outcome::kVerbs;
   if (settled_ && !(correct && upgraded)) return;
-  announce_.reset();  // a server waiting for our Hello has it, or need not wait
+  announce_.withdraw(fd_);  // a server waiting for our Hello has it, or need not wait
   if (settled_) stats::uncount(outcome_);
   stats::count(o);
   if (settled_) stat_row_.set_outcome(o);
@@ -172,7 +174,7 @@ bool Connection::drain_rx(unsigned avoid_first, unsigned avoid_last) {
   // it may still read the Ack, and our close sends no FIN then).
   if (role_ == Role::kClient && rx_ == Rx::kAwaitAck && !forked_.load(std::memory_order_relaxed) &&
       deferred_close::hold(fd(), nonce_, std::move(rendezvous_fd_), avoid_first, avoid_last)) {
-    announce_.reset();  // closed, not just shut down: a server that sees this sends no Ack
+    announce_.name.reset();  // closed, not just shut down: a server that sees this sends no Ack
     return true;
   }
   // A DATA header is left for a sibling process that still reads the stream:

@@ -36,6 +36,7 @@
 #include <string>
 #include <vector>
 
+#include "discovery/registry.h"
 #include "link/transport.h"
 #include "ring/ring_channel.h"
 #include "shm/rendezvous.h"
@@ -61,10 +62,11 @@ class Connection {
   // `announce`: the client's announcement (discovery::announce_client),
   // kept until the handshake settles. `nonce`: the Hello's nonce when a
   // remote server was told of it before our SYN (discovery::ask_remote).
-  static std::unique_ptr<Connection> make_client(int fd, UniqueFd announce = UniqueFd(),
+  static std::unique_ptr<Connection> make_client(int fd, discovery::Announcement announce = {},
                                                  const uint8_t* nonce = nullptr);
-  // A freshly accepted socket of a listener under rdmashim.
-  static std::unique_ptr<Connection> make_server(int fd);
+  // A freshly accepted socket of a listener under rdmashim. `syn_kept`: the
+  // listener keeps SYNs for us (discovery/syn_mark.h), this one's included.
+  static std::unique_ptr<Connection> make_server(int fd, bool syn_kept = false);
   ~Connection();
 
   Connection(const Connection&) = delete;
@@ -315,7 +317,7 @@ class Connection {
   void end_prefix();
   // Server, both locks held, before the program's first write: 0 to go on,
   // -EAGAIN while a non-blocking write is held for the Hello.
-  int await_hello_before_speaking(bool nonblock);
+  int await_hello_before_speaking(int flags);
   bool hold_goes_on();  // the hold is still on (ends it if not)
   void end_hold() {
     if (hold_until_ns_.load(std::memory_order_relaxed) > kHoldOver) {
@@ -441,7 +443,8 @@ class Connection {
   UniqueFd rendezvous_fd_;  // the client's rendezvous socket, until the Ack (then its doorbell)
   fds::Promise segment_fds_;  // room kept for the segment's descriptors, until the Ack
   uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
-  UniqueFd announce_;       // the client's announcement, until settled
+  discovery::Announcement announce_;  // the client's announcement, until settled
+  bool syn_kept_ = false;   // server: the client's SYN is ours to read, once (both locks)
   std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack
 
   // Framing. A header can arrive, or leave, in pieces.

@@ -410,7 +410,7 @@ ssize_t Connection::send_stream(const iovec* iov, int iovcnt, int flags, sys::Ca
     tx_held_ = true;
     int held = 0;
     if (rx_ == Rx::kDetectHello && tx_ == Tx::kUndecided) {
-      held = await_hello_before_speaking(nonblocking(flags));
+      held = await_hello_before_speaking(flags);
     } else if (rx_ == Rx::kAwaitAck) {
       (void)await_ack(MSG_DONTWAIT, false);
     }

@@ -46,15 +46,27 @@ bool peer_is_local(int fd) {
 }
 }  // namespace
 
-std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, const uint8_t* nonce) {
+std::unique_ptr<Connection> Connection::make_client(int fd, discovery::Announcement announce, const uint8_t* nonce) {
   if (!upgrades_allowed()) {
+    announce.withdraw(fd);
     stats::count(stats::Outcome::kTcpPolicy);
     RDMASHIM_INFO("fd %d (client) -> %s", fd, stats::name(stats::Outcome::kTcpPolicy));
     return nullptr;
   }
   std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kClient));
-  if (!c) return nullptr;
+  if (!c) {
+    announce.withdraw(fd);
+    return nullptr;
+  }
   c->announce_ = std::move(announce);
+  // No Hello sent: nothing for a server to wait for, and the program's TTL
+  // back now (the connection's destructor runs when the number may be another's).
+  struct Unsent {
+    Connection* c;
+    ~Unsent() {
+      if (c) c->announce_.withdraw(c->fd_);
+    }
+  } unsent{c.get()};
   // Shared memory to a peer on this host, verbs to one elsewhere (or to any
   // when RDMASHIM_TRANSPORT=verbs); both are offered, the server chooses.
   const Config& cfg = config();
@@ -143,6 +155,7 @@ std::unique_ptr<Connection> Connection::make_client(int fd, UniqueFd announce, c
     stats::count(stats::Outcome::kTcpSetupFailed);
     return nullptr;
   }
+  unsent.c = nullptr;
   return c;
 }
 
@@ -230,17 +243,37 @@ int Connection::detect_hello(int flags, bool may_wait) {
 // passes, as with a full send buffer. So a client that announces a Hello
 // and never sends it (a hostile one) holds back its own greeting, and costs
 // an event loop at most that millisecond, not the setup timeout.
-int Connection::await_hello_before_speaking(bool nonblock) {
-  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return 0;
-  uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
-  if (until == kHoldOver) return 0;  // held once already: the bytes go out raw
+int Connection::await_hello_before_speaking(int flags) {
   int saved = errno;
+  uint64_t until = hold_until_ns_.load(std::memory_order_relaxed);
+  bool unmarked = false;
+  if (until == 0 && syn_kept_) {
+    syn_kept_ = false;
+    unmarked = discovery::read_syn(fd_) == discovery::SynSays::kUnmarked;
+    // No client on this host announced this connection (syn_mark.h): unless
+    // one on another host did, the bytes go now, without even a look for a
+    // Hello (one that came all the same is stripped as a late one).
+    if (unmarked && !discovery::remote_client_announced(fd_)) {
+      errno = saved;
+      hold_until_ns_.store(kHoldOver, std::memory_order_relaxed);
+      return 0;
+    }
+  }
+  if (detect_hello(MSG_DONTWAIT, false) != -EAGAIN || rx_ != Rx::kDetectHello) return 0;
+  if (until == kHoldOver) return 0;  // held once already: the bytes go out raw
   bool local = hold_local_.load(std::memory_order_relaxed);
   if (until == 0) {
-    bool announced = discovery::client_announced(fd_, &local);
-    if (!local) announced = discovery::remote_client_announced(fd_);
+    bool announced = unmarked;  // then by another host (above)
+    local = false;
+    if (!unmarked) {
+      announced = discovery::client_announced(fd_, &local);
+      if (!local) announced = discovery::remote_client_announced(fd_);
+    }
     errno = saved;
     if (!announced) return 0;
+  }
+  const bool nonblock = nonblocking(flags);  // asked only now: most clients are plain
+  if (until == 0) {
     const uint64_t now = now_ns();
     until = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
     if (nonblock) {

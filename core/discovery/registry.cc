@@ -227,15 +227,19 @@ bool peer_advertised(const sockaddr* peer, socklen_t len) {
   return found;
 }
 
-UniqueFd announce_client(int fd) {
+Announcement announce_client(int fd, const sockaddr* dest, socklen_t len) {
+  Announcement a;
   struct stat st{};
-  if (fstat(fd, &st) != 0) return UniqueFd();
+  if (fstat(fd, &st) != 0) return a;
   int saved = errno;
-  UniqueFd a(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  a.name = UniqueFd(sys::real().socket(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0));
   sockaddr_un name;
   socklen_t n = client_name(static_cast<uint32_t>(st.st_ino), &name);
-  if (a && sys::real().bind(a.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) a.reset();
-  if (a) fds::keep(a);  // lives until the handshake settles: not in the program's numbers
+  if (a.name && sys::real().bind(a.name.get(), reinterpret_cast<sockaddr*>(&name), n) != 0) a.name.reset();
+  if (a.name) {
+    fds::keep(a.name);  // lives until the handshake settles: not in the program's numbers
+    a.mark = mark_syn(fd, dest, len);
+  }
   errno = saved;
   return a;
 }

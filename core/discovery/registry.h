@@ -22,6 +22,7 @@
 
 #include <string>
 
+#include "discovery/syn_mark.h"
 #include "util/unique_fd.h"
 
 namespace rdmashim::discovery {
@@ -38,11 +39,21 @@ UniqueFd advertise(const sockaddr* local, socklen_t len);
 // and `peer` is local.
 bool peer_advertised(const sockaddr* peer, socklen_t len);
 
-// Client, before connect(): announces that the TCP socket `fd` is under
-// rdmashim and will send a Hello, under a name derived from its inode. The
-// announcement lives until the returned descriptor is closed (once the
-// handshake settled).
-UniqueFd announce_client(int fd);
+// Client, before connect() to `dest`: announces that the TCP socket `fd` is
+// under rdmashim and will send a Hello, under a name derived from its inode,
+// and marks its SYN (syn_mark.h) so that the server knows to look. The
+// announcement lives until withdrawn (once the handshake settled) or dropped.
+struct Announcement {
+  UniqueFd name;  // keeps the name bound
+  SynMark mark;
+  explicit operator bool() const { return static_cast<bool>(name); }
+  // The name goes and the program's TTL comes back.
+  void withdraw(int tcp_fd) {
+    name.reset();
+    unmark_syn(tcp_fd, &mark);
+  }
+};
+Announcement announce_client(int fd, const sockaddr* dest, socklen_t len);
 
 // Server, about to write first: whether the peer of the connected socket
 // `fd` is a socket of this namespace that announced itself, with the

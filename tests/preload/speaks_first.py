@@ -6,12 +6,15 @@ runs with or without rdmashim.
   speaks_first.py server --port-file F --count N [--bind ADDR] [--port P] [--extra 1] [--fork]
                          [--backlog B] [--accept-delay-ms D]
   speaks_first.py client --port P --count N [--mixed] [--host ADDR] [--connect-wait S]
-                         [--compare-port Q] [--wait-in CALL]
+                         [--compare-port Q] [--wait-in CALL] [--ttl N]
 
 The server greets each connection, then answers one request line with a line
 that names the request and its SHA-256. The client checks the greeting and
 every answer byte for byte, and prints one JSON line with the median time
 from connect() to the greeting's first byte (microseconds).
+
+--ttl N: the client's own TTL, set before connect(); "ttl_changed" counts the
+connections whose TTL differed after the greeting from before connect().
 
 --wait-in CALL (with a server --backlog 0 --accept-delay-ms 50): every other
 connection non-blocking, its connect slowed by a dropped SYN, and while it is
@@ -181,10 +184,16 @@ def finish(s, i, first):
     return bad
 
 
+TTL_CHANGED = [0]
+
+
 def one(a, port, i, lat):
     """Connection i to port; its connect-to-greeting time goes to lat. Returns the errors."""
     s = socket.socket()
     s.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+    if a.ttl:
+        s.setsockopt(socket.IPPROTO_IP, socket.IP_TTL, a.ttl)
+    ttl = s.getsockopt(socket.IPPROTO_IP, socket.IP_TTL)
     t0 = time.perf_counter()
     if a.mixed and i % 2:
         # An event-loop client, busy for a moment after connecting: its
@@ -203,6 +212,8 @@ def one(a, port, i, lat):
         s.connect((a.host, port))
         first = s.recv(1)
         lat.append((time.perf_counter() - t0) * 1e6)
+    # Whatever rdmashim marked its SYN with is gone once the greeting is here.
+    TTL_CHANGED[0] += s.getsockopt(socket.IPPROTO_IP, socket.IP_TTL) != ttl
     return finish(s, i, first)
 
 
@@ -255,7 +266,7 @@ def client(a):
         for port in (ports if i % 2 == 0 else ports[::-1]):
             bad += one(a, port, i, lat if port == a.port else other)
     out = {"connections": a.count, "bad": bad, "median_greeting_us": round(statistics.median(lat), 1),
-           "max_greeting_us": round(max(lat), 1)}
+           "max_greeting_us": round(max(lat), 1), "ttl_changed": TTL_CHANGED[0]}
     if a.compare_port:
         out["compare_median_greeting_us"] = round(statistics.median(other), 1)
         out["median_difference_us"] = round(statistics.median(x - y for x, y in zip(lat, other)), 1)
@@ -278,6 +289,7 @@ def main():
     p.add_argument("--compare-port", type=int, help="also connect to this server, interleaved, and compare the times")
     p.add_argument("--connect-wait", type=float, default=0, help="first wait until the server listens (one extra connection)")
     p.add_argument("--count", type=int, default=100)
+    p.add_argument("--ttl", type=int, default=0, help="the client's own IP_TTL, set before connect()")
     p.add_argument("--mixed", action="store_true", help="every other connection non-blocking and busy for 3 ms")
     p.add_argument("--mixed-connected", action="store_true",
                    help="with --mixed: wait until the connect completed (writable) before the 3 ms")

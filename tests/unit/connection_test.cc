@@ -374,7 +374,7 @@ TEST(Connection, ClientAttachesAfterTheServerClosedItsEnd) {
   TcpPair t;
   // Announced, as the preload's clients are: a client that shut down writing
   // but is still there (a closed one withdraws it and gets no Ack).
-  std::unique_ptr<Connection> client(Connection::make_client(t.client, discovery::announce_client(t.client)));
+  std::unique_ptr<Connection> client(Connection::make_client(t.client, discovery::announce_client(t.client, nullptr, 0)));
   ASSERT_TRUE(client);
   ASSERT_EQ(client->shutdown(SHUT_WR), 0);  // then the server's FIN closes our socket: no peer name left
   {
@@ -609,7 +609,7 @@ double seconds_since(uint64_t t0) { return static_cast<double>(now_ns() - t0) / 
 // client under rdmashim does before its SYN), and a non-blocking server.
 struct AnnouncedClient {
   TcpPair t;
-  UniqueFd announced = discovery::announce_client(t.client);
+  discovery::Announcement announced = discovery::announce_client(t.client, nullptr, 0);
   std::unique_ptr<Connection> server{Connection::make_server(t.server)};
   AnnouncedClient() {
     EXPECT_TRUE(announced);
@@ -676,7 +676,7 @@ TEST(Connection, HeldFirstWriteGoesOnceTheAnnouncementIsWithdrawn) {
   AnnouncedClient c;
   EXPECT_EQ(send_all(*c.server, "banner", 6), -EAGAIN);
   uint64_t t0 = now_ns();
-  c.announced = UniqueFd();
+  c.announced.withdraw(c.t.client);
   EXPECT_EQ(wait_ready(*c.server, c.t.server, POLLOUT, 5000), POLLOUT);
   EXPECT_LT(seconds_since(t0), 0.5);
   ASSERT_EQ(send_all(*c.server, "banner", 6), 6);
