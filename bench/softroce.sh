@@ -4,6 +4,7 @@
 # ratios are meaningful on a shared, noisy machine:
 #   tcpPingPong                          plain kernel TCP (the baseline)
 #   rdmashim run tcpPingPong             the same binary, RDMASHIM_TRANSPORT=verbs
+#     ..., RDMASHIM_SPIN_US=0            the same with every wait asleep (no spin)
 #   librspreload tcpPingPong             the same binary under rsocket's preload
 #                                        (both ends: a plain client cannot reach it)
 #   rdmaPingPong --transport verbs       rdmashim's core API
@@ -42,11 +43,12 @@ load_after=$(cut -d' ' -f1 /proc/loadavg)
 source "$here/lib/softroce_rows.sh"
 pingpong_row row.tcp tcp ""
 pingpong_row row.shim shim verbs
+pingpong_row row.shim_sleep sleep verbs
 pingpong_row row.rspreload rspreload ""
 pingpong_row row.core core verbs
 ib_write_lat_row row.ib_write_lat
 
-rows=(tcp shim rspreload core ibl)
+rows=(tcp shim sleep rspreload core ibl)
 table() {
 	print_rows "Ping-pong, $size-byte messages, two processes in one Soft-RoCE guest (qemu TCG, $RDMASHIM_VM_SMP vCPUs), $iters round trips per row" \
 		tcp "vs TCP" rspreload "vs rspreload"

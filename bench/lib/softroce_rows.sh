@@ -9,6 +9,7 @@ declare -A label=(
 	[tcp]="tcpPingPong (kernel TCP)"
 	[auto]="rdmashim run tcpPingPong (auto)"
 	[shim]="rdmashim run tcpPingPong (verbs)"
+	[sleep]="  the same, no spin (RDMASHIM_SPIN_US=0)"
 	[rspreload]="librspreload tcpPingPong (rsocket)"
 	[core]="rdmaPingPong --transport verbs"
 	[ibl]="ib_write_lat (perftest) [1]"

@@ -26,6 +26,7 @@
 #include "util/stats.h"
 #include "util/watchdog.h"
 #include "verbs/ibv_api.h"
+#include "verbs/shared_cq.h"
 #include "verbs/verbs_link.h"
 
 namespace rdmashim::verbs {
@@ -140,6 +141,7 @@ Device* Device::open_first(int* err) {
       d->limits_ = DeviceLimits{static_cast<uint64_t>(dattr.max_qp > 0 ? dattr.max_qp : 0),
                                 static_cast<uint64_t>(dattr.max_cq > 0 ? dattr.max_cq : 0),
                                 static_cast<uint64_t>(dattr.max_mr > 0 ? dattr.max_mr : 0)};
+      d->max_cqe_ = dattr.max_cqe > 0 ? dattr.max_cqe : 0;
       break;
     }
     if (!d->ctx_) api->close_device(ctx);
@@ -168,6 +170,7 @@ Device* Device::open_first(int* err) {
 // another thread held at the fork stays held forever, so it is remade.
 void Device::forget_after_fork() {
   VerbsLink::forget_after_fork();
+  SharedCq::forget_after_fork();
   new (&g_mu) std::mutex();
   if (g_device && g_device->ctx_) {
     sys::real().close(g_device->ctx_->cmd_fd);
@@ -230,15 +233,6 @@ ibv_comp_channel* Device::create_channel(int* err) {
   }
   sys::real().fcntl(ch->fd, F_SETFD, FD_CLOEXEC);  // never into an exec'd program
   return ch;
-}
-
-void Device::destroy_channel(ibv_comp_channel* channel) {
-  if (!channel) return;
-  // Ours to close: the library's own close() would meet the hook's EBADF
-  // for a descriptor of ours (and a number left marked ours).
-  fds::close(channel->fd);
-  channel->fd = -1;
-  ibv()->destroy_comp_channel(channel);
 }
 
 ibv_cq* Device::create_cq(int depth, ibv_comp_channel* channel) {

@@ -39,6 +39,8 @@ class Device {
   uint16_t lid() const { return lid_; }
   bool ethernet() const { return ethernet_; }
   const std::string& name() const { return name_; }
+  // Entries a completion queue may hold (0: not known).
+  int max_cqe() const { return max_cqe_; }
   // Soft-RoCE or soft-iWARP: the "NIC" is this host's kernel (policy.h).
   bool software() const { return judgement_.software; }
   const Judgement& judgement() const { return judgement_; }
@@ -53,11 +55,11 @@ class Device {
 
   // A link's queues, counted in the stats page (stats::verbs_add) here and
   // nowhere else; the fault injection stays with the caller.
-  // A completion channel whose descriptor is non-blocking and kept out of
-  // the program's numbers (util/fd_budget.h): -EMFILE when there is no
-  // room for it (the connection stays on TCP as tcp:fd-budget).
+  // A completion channel (the process's one: verbs/shared_cq.h, never
+  // destroyed) whose descriptor is non-blocking and kept out of the
+  // program's numbers (util/fd_budget.h): -EMFILE when there is no room for
+  // it (the connection stays on TCP as tcp:fd-budget).
   ibv_comp_channel* create_channel(int* err);
-  void destroy_channel(ibv_comp_channel* channel);
   ibv_cq* create_cq(int depth, ibv_comp_channel* channel);
   void destroy_cq(ibv_cq* cq);
   ibv_qp* create_qp(ibv_qp_init_attr* init);
@@ -100,6 +102,7 @@ class Device {
   Judgement judgement_;
   std::string refusal_;
   DeviceLimits limits_;  // queried once, at open
+  int max_cqe_ = 0;
   uint64_t budget_ = 0;  // registered bytes at most (RDMASHIM_VERBS_MEM or default_budget)
   std::mutex pool_mu_;   // the pool, and a registration's admission with its reservation
   RegPool pool_;

@@ -1,5 +1,6 @@
 // How many verbs connections a process may hold. Each link costs a queue
-// pair, a completion queue and kLinkRegistrations memory registrations
+// pair, a share of a completion queue (verbs/shared_cq.h: a link being set
+// up counts as a whole one) and kLinkRegistrations memory registrations
 // (its first rx region, staging and control slots; two more while it grows),
 // and pins what it registers. Before a link is made (and before any region
 // is registered) the process's counts are checked against

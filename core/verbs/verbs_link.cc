@@ -1,6 +1,6 @@
 // VerbsLink's data path: put and publish (RDMA WRITE WITH IMM), credits,
-// polling the completion queue, flushing, sleeping on the completion
-// channel, and the idle heartbeat's credit. Setup is in verbs_link_setup.cc.
+// taking completions from the shared CQ, flushing, sleeping on the link's
+// doorbell, and the idle heartbeat's credit. Setup is in verbs_link_setup.cc.
 #include "verbs/verbs_link.h"
 
 #include <arpa/inet.h>
@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "sys/sys.h"
 #include "util/log.h"
 #include "util/misc.h"
 #include "util/stats.h"
@@ -21,9 +22,9 @@ void VerbsLink::heartbeat_if_idle() {
   // once it completed: a peer gone without a Bye (SIGKILL, a crash) gets
   // one, which rxe retries until the link closes, not one more a minute.
   if (beat_pending_) {
-    if (!cq_mu_.try_lock()) return;  // a thread of ours is polling: look next time
+    if (!cq_->mu.try_lock()) return;  // a thread of ours is polling: look next time
     poll_completions();
-    cq_mu_.unlock();
+    cq_->mu.unlock();
     std::lock_guard<std::mutex> lock(sq_mu_);
     if (outstanding_ != 0 && posts_ == posts_at_beat_) return;  // its QP does not answer
     beat_pending_ = false;
@@ -89,54 +90,53 @@ void VerbsLink::on_control(const Ctl& c) {
   if (!ok) error_.store(-EPROTO, std::memory_order_relaxed);
 }
 
-void VerbsLink::poll_completions() {
-  ibv_wc wc[32];
-  for (;;) {
-    int n = ibv_poll_cq(cq_, 32, wc);
-    if (n <= 0) {
-      if (n < 0) error_.store(-EIO, std::memory_order_relaxed);
-      break;
-    }
-    for (int i = 0; i < n; ++i) {
-      if (wc[i].status != IBV_WC_SUCCESS) {
-        // A flushed or failed WR: the peer is gone or the path broke.
-        error_.store(-ECONNRESET, std::memory_order_relaxed);
-        continue;
-      }
-      if (wc[i].opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
-        uint32_t imm = ntohl(wc[i].imm_data);
-        if (imm & kCreditBit) {
-          peer_head_.store(widen(peer_head_.load(std::memory_order_relaxed), imm & ~kCreditBit),
-                           std::memory_order_release);
-        } else {
-          peer_tail_.store(widen(peer_tail_.load(std::memory_order_relaxed), imm), std::memory_order_release);
-        }
-        ++recv_consumed_;
-        peer_seen_.store(true, std::memory_order_release);
-      } else if (wc[i].opcode == IBV_WC_RECV) {
-        // A control message (in QP order with the tails around it).
-        Ctl c{};
-        if (wc[i].byte_len != sizeof c || wc[i].wr_id >= kRecvDepth) {
-          error_.store(-EPROTO, std::memory_order_relaxed);
-        } else {
-          memcpy(&c, static_cast<const char*>(ctl_.data) + wc[i].wr_id * sizeof c, sizeof c);
-          on_control(c);
-        }
-        ++recv_consumed_;
-        peer_seen_.store(true, std::memory_order_release);
-      } else if (wc[i].opcode == IBV_WC_RDMA_WRITE || wc[i].opcode == IBV_WC_SEND) {
-        std::lock_guard<std::mutex> lock(sq_mu_);
-        outstanding_ -= static_cast<int>(wc[i].wr_id & 0xffff);  // a signaled WR retires the batch it closed
-        // ... and every data WRITE posted before it: staging up to there is free.
-        uint64_t old = done_.load(std::memory_order_relaxed);
-        uint64_t now = old + (((wc[i].wr_id >> 16) - old) & kPosMask);
-        if (now - old <= ring_size_) done_.store(now, std::memory_order_release);
-      }
-    }
+void VerbsLink::on_completion(const ibv_wc& wc) {
+  if (wc.status != IBV_WC_SUCCESS) {
+    // A flushed or failed WR: the peer is gone or the path broke.
+    error_.store(-ECONNRESET, std::memory_order_relaxed);
+    return;
   }
+  if (wc.opcode == IBV_WC_RECV_RDMA_WITH_IMM) {
+    uint32_t imm = ntohl(wc.imm_data);
+    if (imm & kCreditBit) {
+      peer_head_.store(widen(peer_head_.load(std::memory_order_relaxed), imm & ~kCreditBit), std::memory_order_release);
+    } else {
+      peer_tail_.store(widen(peer_tail_.load(std::memory_order_relaxed), imm), std::memory_order_release);
+    }
+    ++recv_consumed_;
+    peer_seen_.store(true, std::memory_order_release);
+  } else if (wc.opcode == IBV_WC_RECV) {
+    // A control message (in QP order with the tails around it).
+    Ctl c{};
+    if (wc.byte_len != sizeof c || wc.wr_id >= kRecvDepth) {
+      error_.store(-EPROTO, std::memory_order_relaxed);
+    } else {
+      memcpy(&c, static_cast<const char*>(ctl_.data) + wc.wr_id * sizeof c, sizeof c);
+      on_control(c);
+    }
+    ++recv_consumed_;
+    peer_seen_.store(true, std::memory_order_release);
+  } else if (wc.opcode == IBV_WC_RDMA_WRITE || wc.opcode == IBV_WC_SEND) {
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    outstanding_ -= static_cast<int>(wc.wr_id & 0xffff);  // a signaled WR retires the batch it closed
+    // ... and every data WRITE posted before it: staging up to there is free.
+    uint64_t old = done_.load(std::memory_order_relaxed);
+    uint64_t now = old + (((wc.wr_id >> 16) - old) & kPosMask);
+    if (now - old <= ring_size_) done_.store(now, std::memory_order_release);
+  }
+}
+
+void VerbsLink::after_completions() {
   if (recv_consumed_ >= kRecvDepth / 4) {
     repost_receives(recv_consumed_);
     recv_consumed_ = 0;
+  }
+  // What the completions changed is stored; a sleeper counted itself before
+  // it looked (prepare_sleep): one of the two sees the other.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
+  if (sleeping_.load(std::memory_order_relaxed) > 0 && !rung_.exchange(true, std::memory_order_acq_rel)) {
+    uint64_t one = 1;
+    (void)sys::real().write(wake_fd_, &one, sizeof one);
   }
 }
 
@@ -165,10 +165,7 @@ size_t VerbsLink::put_room() {
   if (used > stage / 2) {
     // Low: reap completions, and make sure one is coming that frees what
     // is staged (the writer then sleeps on the CQ like for credit).
-    if (cq_mu_.try_lock()) {
-      poll_completions();
-      cq_mu_.unlock();
-    }
+    poll_if_free();
     used = end - done_.load(std::memory_order_acquire);
     if (used > stage / 2 && signaled_end_.load(std::memory_order_relaxed) < end) {
       post_writes(0, 0, false, 0, true);
@@ -199,7 +196,7 @@ int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n) {
   while (outstanding_ + n + 1 > kSendDepth - 4 && !peer_bye_.load(std::memory_order_acquire)) {
     lock.unlock();
     {
-      std::lock_guard<std::mutex> cq(cq_mu_);
+      std::lock_guard<std::mutex> cq(cq_->mu);
       poll_completions();
     }
     lock.lock();
@@ -304,10 +301,7 @@ int VerbsLink::post_ctl(const Ctl& c) {
 
 int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
   if (!connected_) return 0;
-  if (cq_mu_.try_lock()) {  // a Bye already here?
-    poll_completions();
-    cq_mu_.unlock();
-  }
+  poll_if_free();  // a Bye already here?
   uint64_t target;  // the end of our data posted so far: what must land
   {
     std::lock_guard<std::mutex> lock(sq_mu_);
@@ -352,7 +346,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
   uint64_t look = now + kWatchNs;
   for (;;) {
     {
-      std::lock_guard<std::mutex> cq(cq_mu_);
+      std::lock_guard<std::mutex> cq(cq_->mu);
       poll_completions();
     }
     if (done_.load(std::memory_order_acquire) >= target) return 0;
@@ -367,7 +361,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
       look = now + kWatchNs;
     }
     if (now >= deadline) {
-      std::lock_guard<std::mutex> cq(cq_mu_);  // before sq_mu_, as poll_completions takes them
+      std::lock_guard<std::mutex> cq(cq_->mu);  // before sq_mu_, as poll_completions takes them
       std::lock_guard<std::mutex> lock(sq_mu_);
       RDMASHIM_DEBUG("verbs: data up to %llu posted, up to %llu confirmed; %d send WRs outstanding, %d receives to repost",
                      static_cast<unsigned long long>(target),
@@ -390,18 +384,12 @@ void VerbsLink::publish_tail(uint64_t tail) {
 }
 
 uint64_t VerbsLink::peer_tail() {
-  if (cq_mu_.try_lock()) {
-    poll_completions();
-    cq_mu_.unlock();
-  }
+  poll_if_free();
   return peer_tail_.load(std::memory_order_acquire);
 }
 
 uint64_t VerbsLink::peer_head() {
-  if (cq_mu_.try_lock()) {
-    poll_completions();
-    cq_mu_.unlock();
-  }
+  poll_if_free();
   return peer_head_.load(std::memory_order_acquire);
 }
 
@@ -428,22 +416,23 @@ void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
 
 bool VerbsLink::peer_seen() const {
   auto* self = const_cast<VerbsLink*>(this);
-  if (!peer_seen_.load(std::memory_order_acquire) && self->cq_mu_.try_lock()) {
-    self->poll_completions();
-    self->cq_mu_.unlock();
-  }
+  if (!peer_seen_.load(std::memory_order_acquire)) self->poll_if_free();
   return peer_seen_.load(std::memory_order_acquire);
 }
 
-void VerbsLink::prepare_sleep(unsigned) { ibv_req_notify_cq(cq_, 0); }
+void VerbsLink::prepare_sleep(unsigned) {
+  sleeping_.fetch_add(1, std::memory_order_seq_cst);
+  cq_->sleep_begins();  // counted there too, then armed: the caller's look comes after
+}
 
-void VerbsLink::finish_sleep(unsigned, bool) {
-  ibv_cq* cq = nullptr;
-  void* ctx = nullptr;
-  while (ibv()->get_cq_event(channel_, &cq, &ctx) == 0) ++events_unacked_;
-  if (events_unacked_ >= 64) {
-    ibv()->ack_cq_events(cq_, events_unacked_);
-    events_unacked_ = 0;
+void VerbsLink::finish_sleep(unsigned, bool rung) {
+  cq_->sleep_ends();
+  // The last sleeper out drains the doorbell; earlier ones leave it
+  // readable, so a thread still about to sleep cannot miss its wakeup.
+  if (sleeping_.fetch_sub(1, std::memory_order_seq_cst) != 1) return;
+  if (rung_.exchange(false, std::memory_order_acq_rel) || rung) {
+    uint64_t count;
+    (void)sys::real().read(wake_fd_, &count, sizeof count);
   }
 }
 

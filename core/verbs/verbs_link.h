@@ -17,8 +17,11 @@
 //   credits: the consumer returns its head the same way (immediate data with
 //            the top bit set), batched: once a quarter ring was consumed
 //            since the last credit, never one per message.
-//   waiting: the CQ's completion channel is the doorbell; prepare_sleep()
-//            arms it, the caller re-checks, then sleeps on its fd.
+//   waiting: completions arrive on a CQ shared with other links of the
+//            process (verbs/shared_cq.h); the link's doorbell is its own
+//            eventfd, rung by whoever hands it a completion while a thread
+//            sleeps on it. prepare_sleep() counts the sleeper and arms the
+//            CQ, the caller re-checks, then sleeps on the eventfd.
 //   memory:  the receive ring is a chain of registered regions
 //            (verbs/regions.h): kStartRegion at first, grown when the
 //            producer reports pressure, shrunk when drained and idle; the
@@ -43,6 +46,7 @@
 #include "verbs/device.h"
 #include "verbs/params.h"
 #include "verbs/regions.h"
+#include "verbs/shared_cq.h"
 #include "wire/wire.h"
 
 namespace rdmashim::verbs {
@@ -97,7 +101,7 @@ class VerbsLink final : public Link {
   void publish_head(uint64_t head) override;
   uint64_t own_tail() const override { return own_tail_.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return own_head_.load(std::memory_order_relaxed); }
-  int wait_fd() const override { return channel_ ? channel_->fd : -1; }
+  int wait_fd() const override { return wake_fd_; }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
@@ -134,9 +138,24 @@ class VerbsLink final : public Link {
     uint32_t len;
   };
 
+  static_assert(SharedCq::kCqesPerLink >= kSendDepth + kRecvDepth, "a link never overflows its shared CQ");
+
   explicit VerbsLink(Device& dev) : dev_(dev) {}
-  void poll_completions();  // caller holds cq_mu_
-  void on_control(const Ctl& c);  // a SEND from the peer; cq_mu_ held
+  friend class SharedCq;
+  // Polling the shared CQ: what it holds for any of its links goes to them.
+  void poll_completions() { cq_->poll_locked(); }  // caller holds cq_->mu
+  void poll_if_free() {  // unless another thread polls it now (that one hands us ours)
+    if (cq_->mu.try_lock()) {
+      cq_->poll_locked();
+      cq_->mu.unlock();
+    }
+  }
+  // From SharedCq::poll_locked (cq_->mu held): one of our completions;
+  // then, once per batch, receives reposted and a sleeper woken.
+  void on_completion(const ibv_wc& wc);
+  void after_completions();
+  void cq_failed() { error_.store(-EIO, std::memory_order_relaxed); }
+  void on_control(const Ctl& c);  // a SEND from the peer; cq_->mu held
   // Waits (polling) until the send queue has room for n more WRs; returns
   // with sq_mu_ held by `lock`, or the link's error.
   int reserve_sq(std::unique_lock<std::mutex>& lock, int n);
@@ -187,15 +206,17 @@ class VerbsLink final : public Link {
   uint64_t idle_tail_ = 0, idle_since_ = 0;    // offer_mu_: the last tail maintain() saw, since when
   uint64_t idle_posted_ = 0, tx_idle_since_ = 0;  // tx owned: the same for our writes
 
-  ibv_comp_channel* channel_ = nullptr;
-  ibv_cq* cq_ = nullptr;
+  SharedCq* cq_ = nullptr;  // attached once; cq_->mu guards what completions update
+  int wake_fd_ = -1;        // our doorbell (an eventfd), ours to close
+  std::atomic<int> sleeping_{0};    // threads between prepare_sleep and finish_sleep
+  std::atomic<bool> rung_{false};   // the doorbell was rung since the last drain
   ibv_qp* qp_ = nullptr;
+  uint32_t qpn_ = 0;        // qp_'s number, for the CQ's table (qp_ may be handed over)
   uint32_t max_inline_ = 0;
   Params local_{};
   Params peer_{};
   bool connected_ = false;
 
-  std::mutex cq_mu_;  // polling and the counters it updates
   std::atomic<uint64_t> peer_tail_{0}, peer_head_{0};
   std::atomic<uint64_t> own_tail_{0}, own_head_{0};
   uint64_t credited_ = 0;  // head we last told the peer
@@ -206,7 +227,6 @@ class VerbsLink final : public Link {
   int unsignaled_ = 0;
   int outstanding_ = 0;    // send WRs not yet known complete
   int recv_consumed_ = 0;
-  unsigned events_unacked_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
   // The peer said Bye, or was found gone (a flush's watch, peer_lost()): its QP is gone or

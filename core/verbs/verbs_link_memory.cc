@@ -95,10 +95,7 @@ uint64_t VerbsLink::maintain_staging(uint64_t now, bool grow_only) {
 
 uint64_t VerbsLink::maintain(uint64_t now, bool tx_owned, bool rx_owned) {
   if (!connected_ || error()) return 0;
-  if (cq_mu_.try_lock()) {
-    poll_completions();
-    cq_mu_.unlock();
-  }
+  poll_if_free();
   uint64_t due = 0;
   // Producer: adopt what the consumer offered (a smaller region only when
   // no write is under way: it might not hold what a writer was promised).

@@ -1,5 +1,5 @@
-// VerbsLink setup: creating the QP, its completion channel and registered
-// rings, the Params the peer needs, the transitions to RTR and RTS, and the
+// VerbsLink setup: creating the QP (on a shared CQ), its doorbell and
+// registered rings, the Params the peer needs, the transitions to RTR and RTS, and the
 // process's list of connected links (the idle heartbeat thread, the flush at
 // exit, forgetting them after fork). The data path is in verbs_link.cc.
 #include "verbs/verbs_link.h"
@@ -8,6 +8,7 @@
 
 #include <pthread.h>
 #include <signal.h>
+#include <sys/eventfd.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +19,7 @@
 
 #include "util/fault.h"
 #include "util/config.h"
+#include "util/fd_budget.h"
 #include "util/misc.h"
 #include "util/thread.h"
 #include "util/watchdog.h"
@@ -45,8 +47,6 @@ struct Leftovers {
   std::mutex mu;
   bool returned = false;
   Device* dev = nullptr;
-  ibv_comp_channel* channel = nullptr;
-  ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
   Buffer rx{}, tx{}, ctl{};
 
@@ -55,12 +55,10 @@ struct Leftovers {
     {
       std::lock_guard<std::mutex> lock(mu);
       returned = true;
-      mine.dev = dev, mine.channel = channel, mine.cq = cq, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
+      mine.dev = dev, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
     }
     if (!mine.dev) return;  // nothing was handed over
-    mine.dev->destroy_qp(mine.qp);
-    mine.dev->destroy_cq(mine.cq);
-    mine.dev->destroy_channel(mine.channel);
+    mine.dev->destroy_qp(mine.qp);  // its CQ is shared: it stays
     mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
@@ -69,9 +67,9 @@ void VerbsLink::hand_over_resources(Leftovers* to) {
   std::lock_guard<std::mutex> lock(to->mu);
   if (to->returned) return;
   // Only before connected_: the rx ring is still first_rx_ (no region offered yet).
-  to->dev = &dev_, to->channel = channel_, to->cq = cq_, to->qp = qp_;
+  to->dev = &dev_, to->qp = qp_;
   to->rx = first_rx_, to->tx = tx_, to->ctl = ctl_;
-  channel_ = nullptr, cq_ = nullptr, qp_ = nullptr, first_rx_ = Buffer{}, tx_ = Buffer{}, ctl_ = Buffer{};
+  qp_ = nullptr, first_rx_ = Buffer{}, tx_ = Buffer{}, ctl_ = Buffer{};
 }
 
 void* heartbeat_loop(void*) {
@@ -165,15 +163,18 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
     if (*why != Refusal::kNone) dev.say_refused(*why), *err = -EDQUOT;
     return nullptr;
   }
+  // The doorbell: never blocking a check, never a number the program
+  // would get on TCP (util/fd_budget.h).
+  l->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+  if (l->wake_fd_ < 0) return *err = -EIO, nullptr;
+  if (!fds::keep(&l->wake_fd_, 1)) return *err = -EMFILE, nullptr;
   *err = -EIO;
-  l->channel_ = RDMASHIM_FAULT(kIbvChannel) ? nullptr : dev.create_channel(err);
-  if (!l->channel_) return nullptr;
-  *err = -EIO;
-  l->cq_ = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kSendDepth + kRecvDepth, l->channel_);
+  l->cq_ = SharedCq::attach(dev, err);
   if (!l->cq_) return nullptr;
+  *err = -EIO;
   ibv_qp_init_attr init{};
-  init.send_cq = l->cq_;
-  init.recv_cq = l->cq_;
+  init.send_cq = l->cq_->cq();
+  init.recv_cq = l->cq_->cq();
   init.qp_type = IBV_QPT_RC;
   init.sq_sig_all = 0;
   init.cap.max_send_wr = kSendDepth;
@@ -189,6 +190,8 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
   }
   if (!l->qp_) return nullptr;
   l->max_inline_ = init.cap.max_inline_data;
+  l->qpn_ = l->qp_->qp_num;
+  l->cq_->add(l->qpn_, l.get());
 
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
@@ -228,10 +231,9 @@ VerbsLink::~VerbsLink() {
   const IbvApi* api = ibv();
   if (!api) return;
   say_bye();
+  if (cq_) cq_->detach(qpn_);  // no completion reaches us from now on
   dev_.destroy_qp(qp_);
-  if (cq_ && events_unacked_) api->ack_cq_events(cq_, events_unacked_);
-  dev_.destroy_cq(cq_);
-  dev_.destroy_channel(channel_);
+  if (wake_fd_ >= 0) fds::close(wake_fd_);
   Buffer offered;
   if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);
   dev_.give_back(connected_ ? rx_rgn_.current() : first_rx_);

@@ -7,6 +7,7 @@
 #   ib_write_lat  perftest's raw RDMA write latency
 #   core       rdmaPingPong --transport verbs (rdmashim's core API)
 #   shim       tcpPingPong under rdmashim run, RDMASHIM_TRANSPORT=verbs
+#   shim_sleep the same with RDMASHIM_SPIN_US=0 (every wait sleeps)
 # Prints "@ row.NAME.client rc=.. transport=.. json=.." (ib_write_lat: raw=..).
 set -uo pipefail
 source "$(dirname "$(readlink -f "$0")")/common.sh"
@@ -55,3 +56,8 @@ pingpong row.core \
 pingpong row.shim \
 	"${SHIM[@]}" "$BIN/tcpPingPong" server --port 18905 --size "$size" :: \
 	"${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18905" "${pp[@]}"
+# No spinning: every wait sleeps, woken through the shared CQ's watcher
+# (core/verbs/shared_cq.h): what a busy machine's connections pay.
+pingpong row.shim_sleep \
+	env RDMASHIM_SPIN_US=0 "${SHIM[@]}" "$BIN/tcpPingPong" server --port 18906 --size "$size" :: \
+	env RDMASHIM_SPIN_US=0 "${SHIM[@]}" "$BIN/tcpPingPong" client "$self:18906" "${pp[@]}"

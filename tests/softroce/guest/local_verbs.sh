@@ -132,6 +132,25 @@ kill "$mpid" 2>/dev/null
 wait "$mpid" 2>/dev/null
 say "many rc=$crc secs=$(elapsed "$t0" "$t1") client_verbs=$(tally many.client.log client verbs) client_limit=$(tally many.client.log client tcp:verbs-limit) server_verbs=$(tally many.server.log server verbs) server_limit=$(tally many.server.log server tcp:verbs-limit) client_stat=$cstat server_stat=$sstat client_reason=$(reason_of many.client.log) server_reason=$(reason_of many.server.log) json=$(cat many.client.out 2>/dev/null)"
 
+# Shared CQs, every wait asleep (RDMASHIM_SPIN_US=0): SCQ_THREADS blocking
+# threads in one client process, each on its own connection to a server
+# with a thread per connection, so each process's links share one CQ; a
+# completion is often polled by another thread or the CQ's watcher, which
+# must ring the right link's doorbell (a lost wake-up hangs a thread).
+# Seeded sizes and pauses (SCQ_SEED replays a run), every byte hashed.
+rm -f scq.port
+RDMASHIM_SPIN_US=0 timeout 180 "${SHIM[@]}" python3 "$STAGE_DIR/guest/shared_cq_peer.py" server "$PWD/scq.port" \
+	2>scq.server.log &
+spid=$!
+for ((i = 0; i < 300; i++)); do [[ -s scq.port ]] && break; sleep 0.1; done
+scq_seed=${SCQ_SEED:-$RANDOM}
+out=$(RDMASHIM_SPIN_US=0 timeout 170 "${SHIM[@]}" python3 "$STAGE_DIR/guest/shared_cq_peer.py" client "$self" \
+	"$(cat scq.port 2>/dev/null)" "${SCQ_THREADS:-8}" "${SCQ_ROUNDS:-600}" "$scq_seed" 2>scq.client.log)
+crc=$?
+kill "$spid" 2>/dev/null
+wait "$spid" 2>/dev/null
+say "scq rc=$crc seed=$scq_seed client_verbs=$(tally scq.client.log client verbs) server_verbs=$(tally scq.server.log server verbs) log=$(oneline scq.client.log | tail -c 300) json=${out:-none}"
+
 # The idle heartbeat (RDMASHIM_HEARTBEAT_S=1 here, 60 by default): a live
 # idle link beats every second, each beat completing; once its peer was
 # SIGKILLed (no Bye: its QP is gone and rxe retries a beat forever) the
