@@ -235,6 +235,15 @@ ibv_comp_channel* Device::create_channel(int* err) {
   return ch;
 }
 
+void Device::destroy_channel(ibv_comp_channel* channel) {
+  if (!channel) return;
+  // Ours to close: the library's own close() would meet the hook's EBADF
+  // for a descriptor of ours (and a number left marked ours).
+  fds::close(channel->fd);
+  channel->fd = -1;
+  ibv()->destroy_comp_channel(channel);
+}
+
 ibv_cq* Device::create_cq(int depth, ibv_comp_channel* channel) {
   ibv_cq* cq = ibv()->create_cq(ctx_, depth, nullptr, channel, 0);
   if (cq) stats::verbs_add({.cqs = 1});

@@ -55,11 +55,12 @@ class Device {
 
   // A link's queues, counted in the stats page (stats::verbs_add) here and
   // nowhere else; the fault injection stays with the caller.
-  // A completion channel (the process's one: verbs/shared_cq.h, never
-  // destroyed) whose descriptor is non-blocking and kept out of the
-  // program's numbers (util/fd_budget.h): -EMFILE when there is no room for
-  // it (the connection stays on TCP as tcp:fd-budget).
+  // A completion channel (verbs/shared_cq.h) whose descriptor is
+  // non-blocking and kept out of the program's numbers (util/fd_budget.h):
+  // -EMFILE when there is no room for it (the connection stays on TCP as
+  // tcp:fd-budget).
   ibv_comp_channel* create_channel(int* err);
+  void destroy_channel(ibv_comp_channel* channel);
   ibv_cq* create_cq(int depth, ibv_comp_channel* channel);
   void destroy_cq(ibv_cq* cq);
   ibv_qp* create_qp(ibv_qp_init_attr* init);

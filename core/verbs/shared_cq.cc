@@ -23,9 +23,10 @@ constexpr int kMostLinks = 64;  // 32,768 entries: rxe's max_cqe
 
 // Leaked on purpose: the watcher and the exit flush may use it to the end.
 struct Pool {
-  ibv_comp_channel* channel = nullptr;
+  std::vector<SharedCq*> own;  // CQs of one link each, with their channels
+  ibv_comp_channel* channel = nullptr;  // the shared CQs'
   bool watching = false;
-  std::vector<SharedCq*> cqs;
+  std::vector<SharedCq*> cqs;  // shared
 };
 std::mutex g_pool_mu;
 Pool* g_pool = nullptr;
@@ -37,6 +38,29 @@ SharedCq* SharedCq::attach(Device& dev, int* err) {
   if (!g_pool) g_pool = new (std::nothrow) Pool;
   if (!g_pool) return *err = -ENOMEM, nullptr;
   Pool& p = *g_pool;
+  for (SharedCq* c : p.own) {
+    if (c->attached_ == 0) {
+      c->attached_ = 1;
+      return c;
+    }
+  }
+  if (p.own.size() < kOwnCqs) {
+    *err = -EIO;
+    ibv_comp_channel* channel = RDMASHIM_FAULT(kIbvChannel) ? nullptr : dev.create_channel(err);
+    if (!channel) return nullptr;
+    ibv_cq* cq = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kCqesPerLink, channel);
+    SharedCq* c = cq ? new (std::nothrow) SharedCq(dev, cq, 1, channel) : nullptr;
+    if (!c) {
+      if (cq) dev.destroy_cq(cq);
+      dev.destroy_channel(channel);
+      return *err = cq ? -ENOMEM : -EIO, nullptr;
+    }
+    cq->cq_context = c;
+    p.own.push_back(c);
+    c->attached_ = 1;
+    *err = 0;
+    return c;
+  }
   for (SharedCq* c : p.cqs) {
     if (c->attached_ < c->capacity_) {
       ++c->attached_;
@@ -57,7 +81,7 @@ SharedCq* SharedCq::attach(Device& dev, int* err) {
   *err = -EIO;
   ibv_cq* cq = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(links * kCqesPerLink, p.channel);
   if (!cq) return nullptr;
-  auto* c = new (std::nothrow) SharedCq(cq, links);
+  auto* c = new (std::nothrow) SharedCq(dev, cq, links, nullptr);
   if (!c) {
     dev.destroy_cq(cq);
     return *err = -ENOMEM, nullptr;
@@ -71,7 +95,10 @@ SharedCq* SharedCq::attach(Device& dev, int* err) {
 
 void SharedCq::forget_after_fork() {
   new (&g_pool_mu) std::mutex();  // only this thread exists now
-  if (g_pool && g_pool->channel) fds::close(g_pool->channel->fd);  // our copy
+  if (g_pool) {  // our copies of their descriptors
+    for (SharedCq* c : g_pool->own) fds::close(c->own_->fd);
+    if (g_pool->channel) fds::close(g_pool->channel->fd);
+  }
   g_pool = nullptr;  // the parent's, leaked here as the device is
 }
 
@@ -86,13 +113,28 @@ void SharedCq::detach(uint32_t qpn) {
     if (qpn != 0) links_.erase(qpn);
     if (last_qpn_ == qpn) last_ = nullptr, last_qpn_ = 0;
   }
-  std::lock_guard<std::mutex> lock(g_pool_mu);
-  --attached_;
+  {
+    std::lock_guard<std::mutex> lock(g_pool_mu);
+    if (--attached_ > 0 || own_) return;
+    std::erase(g_pool->cqs, this);  // no attach() finds it, no event is handed to it
+  }
+  // Outside the pool's lock: ibv_destroy_cq waits until the watcher acked
+  // an event it may hold for this CQ, and the watcher takes that lock first.
+  dev_.destroy_cq(cq_);
+  delete this;
 }
 
 void SharedCq::sleep_begins() {
   sleepers_.fetch_add(1, std::memory_order_seq_cst);
   ibv_req_notify_cq(cq_, 0);
+}
+
+void SharedCq::take_own_events() {
+  ibv_cq* cq = nullptr;
+  void* ctx = nullptr;
+  unsigned n = 0;
+  while (ibv()->get_cq_event(own_, &cq, &ctx) == 0) ++n;
+  if (n) ibv()->ack_cq_events(cq_, n);
 }
 
 void SharedCq::poll_locked() {
@@ -139,8 +181,16 @@ void* watch_completions(void* arg) {
     ibv_cq* cq = nullptr;
     void* ctx = nullptr;
     while (ibv()->get_cq_event(channel, &cq, &ctx) == 0) {
+      {
+        // Only a CQ still in the pool: one whose last link went may be
+        // being destroyed (its destruction waits for the ack below).
+        std::lock_guard<std::mutex> lock(g_pool_mu);
+        auto& cqs = g_pool->cqs;
+        if (std::find(cqs.begin(), cqs.end(), static_cast<SharedCq*>(ctx)) != cqs.end()) {
+          static_cast<SharedCq*>(ctx)->on_event();
+        }
+      }
       ibv()->ack_cq_events(cq, 1);
-      if (ctx) static_cast<SharedCq*>(ctx)->on_event();
     }
   }
   return nullptr;

@@ -1,17 +1,22 @@
 // Completion queues shared by a process's verbs links: a thousand
 // connections use a few CQs, not a thousand.
 //
-//   pool:     a link's QP sends and receives through one CQ of the process's
-//             pool (attach()). A CQ serves a bounded number of links, each
-//             able to leave kCqesPerLink completions unpolled, so it never
-//             overflows: the first serves 8 links, each next one twice as
-//             many, up to 64 (and what the device's max_cqe allows). A CQ
-//             lives as long as the process (its room is reused).
+//   own:      the first kOwnCqs links alive in a process each get a CQ of
+//             their own, whose completion channel is their doorbell: a
+//             sleeper is woken by the CQ's event itself. (Through the shared
+//             CQs' watcher below a sleeping 64 B ping-pong ran at a third of
+//             that rate in a Soft-RoCE guest: one more thread hop per wait.)
+//   pool:     the other links share CQs: a CQ serves a bounded number of
+//             links, each able to leave kCqesPerLink completions unpolled,
+//             so it never overflows: the first serves 8 links, each next one
+//             twice as many, up to 64 (and what the device's max_cqe
+//             allows). The room a link leaves is reused; a shared CQ whose
+//             last link went is destroyed, the 8 own ones are kept.
 //   polling:  whoever polls a CQ (a link's reader or writer, a flush, the
 //             heartbeat, the watcher below) hands each completion to the
 //             link its QP number names, under the CQ's mutex, which guards
 //             what completions update in every link of that CQ.
-//   sleeping: a link has its own doorbell, an eventfd (its wait_fd). A
+//   sleeping: a link on a shared CQ has its own doorbell, an eventfd. A
 //             sleeper counts itself on the link and on the CQ, then arms
 //             the CQ, then re-checks (Link::prepare_sleep). Whoever hands a
 //             completion to a link with sleepers rings its doorbell, once
@@ -40,10 +45,12 @@ class SharedCq {
   // The most completions one link may leave in its CQ: every send and
   // receive it can have outstanding (VerbsLink's queue depths).
   static constexpr int kCqesPerLink = 512;
+  // Links that get a CQ (and channel) of their own.
+  static constexpr int kOwnCqs = 8;
 
-  // Room for one more link on a CQ of this process's pool: the first CQ with
-  // room, else a new one (the first time also the completion channel and
-  // the watcher thread). nullptr with *err (-EIO; -EMFILE: no descriptor
+  // Room for one more link: a CQ of its own while fewer than kOwnCqs are in
+  // use, else a shared CQ with room, else a new shared one (the first time
+  // also the shared completion channel and the watcher thread). nullptr with *err (-EIO; -EMFILE: no descriptor
   // room for the channel) when none can be made. A provider call: run it
   // under the watchdog.
   static SharedCq* attach(Device& dev, int* err);
@@ -53,8 +60,9 @@ class SharedCq {
   // Completions for QP `qpn` go to `link` from now on (until remove()).
   void add(uint32_t qpn, VerbsLink* link);
   // The link is going (its QP destroyed or about to be): its completions
-  // are dropped from now on, and its room is free again. Once per attach();
-  // qpn 0: no QP was added.
+  // are dropped from now on, and its room is free again; a shared CQ left
+  // without links is destroyed (this object too). Once per attach(); qpn 0:
+  // no QP was added.
   void detach(uint32_t qpn);
 
   // Everything queued, handed to the links; the caller holds mu.
@@ -64,16 +72,23 @@ class SharedCq {
   void sleep_ends() { sleepers_.fetch_sub(1, std::memory_order_seq_cst); }
 
   ibv_cq* cq() const { return cq_; }
+  // A CQ of one link's own: its channel is that link's doorbell (-1: shared).
+  int own_fd() const { return own_ ? own_->fd : -1; }
+  // A link's sleep on its own CQ ended: the events it was woken by, taken.
+  void take_own_events();
   // Polling this CQ and every link state its completions update.
   std::mutex mu;
 
  private:
   friend void* watch_completions(void*);
-  SharedCq(ibv_cq* cq, int capacity) : cq_(cq), capacity_(capacity) {}
+  SharedCq(Device& dev, ibv_cq* cq, int capacity, ibv_comp_channel* own)
+      : dev_(dev), cq_(cq), capacity_(capacity), own_(own) {}
   void on_event();  // the watcher: an armed CQ got a completion
 
+  Device& dev_;
   ibv_cq* const cq_;
   const int capacity_;            // links it may serve
+  ibv_comp_channel* const own_;   // one link's own CQ: its channel (never the watcher's)
   int attached_ = 0;              // under the pool's lock
   std::atomic<int> sleepers_{0};
   std::unordered_map<uint32_t, VerbsLink*> links_;  // under mu

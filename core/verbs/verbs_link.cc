@@ -133,6 +133,8 @@ void VerbsLink::after_completions() {
   }
   // What the completions changed is stored; a sleeper counted itself before
   // it looked (prepare_sleep): one of the two sees the other.
+  // (On a CQ of our own the CQ's event wakes our sleeper: no eventfd.)
+  if (wake_fd_ < 0) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_relaxed) > 0 && !rung_.exchange(true, std::memory_order_acq_rel)) {
     uint64_t one = 1;
@@ -427,6 +429,11 @@ void VerbsLink::prepare_sleep(unsigned) {
 
 void VerbsLink::finish_sleep(unsigned, bool rung) {
   cq_->sleep_ends();
+  if (wake_fd_ < 0) {  // our own CQ: its channel is the doorbell
+    sleeping_.fetch_sub(1, std::memory_order_relaxed);
+    cq_->take_own_events();
+    return;
+  }
   // The last sleeper out drains the doorbell; earlier ones leave it
   // readable, so a thread still about to sleep cannot miss its wakeup.
   if (sleeping_.fetch_sub(1, std::memory_order_seq_cst) != 1) return;

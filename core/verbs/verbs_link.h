@@ -17,11 +17,12 @@
 //   credits: the consumer returns its head the same way (immediate data with
 //            the top bit set), batched: once a quarter ring was consumed
 //            since the last credit, never one per message.
-//   waiting: completions arrive on a CQ shared with other links of the
-//            process (verbs/shared_cq.h); the link's doorbell is its own
-//            eventfd, rung by whoever hands it a completion while a thread
-//            sleeps on it. prepare_sleep() counts the sleeper and arms the
-//            CQ, the caller re-checks, then sleeps on the eventfd.
+//   waiting: completions arrive on a CQ of the link's own or one shared
+//            with other links of the process (verbs/shared_cq.h). On its
+//            own CQ the doorbell is the CQ's channel; on a shared one, the
+//            link's eventfd, rung by whoever hands it a completion while a
+//            thread sleeps on it. prepare_sleep() counts the sleeper and
+//            arms the CQ, the caller re-checks, then sleeps on the doorbell.
 //   memory:  the receive ring is a chain of registered regions
 //            (verbs/regions.h): kStartRegion at first, grown when the
 //            producer reports pressure, shrunk when drained and idle; the
@@ -101,7 +102,7 @@ class VerbsLink final : public Link {
   void publish_head(uint64_t head) override;
   uint64_t own_tail() const override { return own_tail_.load(std::memory_order_relaxed); }
   uint64_t own_head() const override { return own_head_.load(std::memory_order_relaxed); }
-  int wait_fd() const override { return wake_fd_; }
+  int wait_fd() const override { return doorbell_; }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
   int error() const override { return error_.load(std::memory_order_relaxed); }
@@ -207,7 +208,8 @@ class VerbsLink final : public Link {
   uint64_t idle_posted_ = 0, tx_idle_since_ = 0;  // tx owned: the same for our writes
 
   SharedCq* cq_ = nullptr;  // attached once; cq_->mu guards what completions update
-  int wake_fd_ = -1;        // our doorbell (an eventfd), ours to close
+  int wake_fd_ = -1;        // on a shared CQ: our eventfd, ours to close
+  int doorbell_ = -1;       // wake_fd_, or our own CQ's channel
   std::atomic<int> sleeping_{0};    // threads between prepare_sleep and finish_sleep
   std::atomic<bool> rung_{false};   // the doorbell was rung since the last drain
   ibv_qp* qp_ = nullptr;

@@ -163,14 +163,18 @@ std::unique_ptr<VerbsLink> VerbsLink::create_now(Device& dev, size_t ring_size, 
     if (*why != Refusal::kNone) dev.say_refused(*why), *err = -EDQUOT;
     return nullptr;
   }
-  // The doorbell: never blocking a check, never a number the program
-  // would get on TCP (util/fd_budget.h).
-  l->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
-  if (l->wake_fd_ < 0) return *err = -EIO, nullptr;
-  if (!fds::keep(&l->wake_fd_, 1)) return *err = -EMFILE, nullptr;
   *err = -EIO;
   l->cq_ = SharedCq::attach(dev, err);
   if (!l->cq_) return nullptr;
+  l->doorbell_ = l->cq_->own_fd();
+  if (l->doorbell_ < 0) {
+    // On a shared CQ, an eventfd: never blocking a check, never a number
+    // the program would get on TCP (util/fd_budget.h).
+    l->wake_fd_ = eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC);
+    if (l->wake_fd_ < 0) return *err = -EIO, nullptr;
+    if (!fds::keep(&l->wake_fd_, 1)) return *err = -EMFILE, nullptr;
+    l->doorbell_ = l->wake_fd_;
+  }
   *err = -EIO;
   ibv_qp_init_attr init{};
   init.send_cq = l->cq_->cq();

@@ -71,11 +71,14 @@ run_both() {
 # lines KEY -> the tail of every "@ KEY" line in $out (result: the last one).
 lines() { sed -n "s/^\(\[[ab]\] \)\{0,1\}@ $1 //p" <<<"$out"; }
 
-# cqs_for N -> the completion queues a process's N verbs links share
-# (core/verbs/shared_cq.h: the first CQ serves 8 links, each next one twice
-# as many, up to 64: rxe's max_cqe of 32,768 over 512 per link).
+# cqs_for N -> the completion queues a process's N verbs links use
+# (core/verbs/shared_cq.h): the first 8 a CQ each, the rest shared, the
+# first shared CQ serving 8 links, each next one twice as many, up to 64
+# (rxe's max_cqe of 32,768 over 512 per link).
 cqs_for() {
 	local n=$1 c=0 cap=8
+	if ((n <= 8)); then echo "$n"; return; fi
+	n=$((n - 8)) c=8
 	while ((n > 0)); do
 		n=$((n - cap)) c=$((c + 1))
 		if ((cap < 64)); then cap=$((cap * 2)); fi

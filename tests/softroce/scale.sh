@@ -5,7 +5,7 @@
 # rdmashim with RDMASHIM_TRANSPORT=verbs and 64 KiB rings:
 #   - every connection -> verbs at both ends, every 4 KiB echo exact;
 #   - each process's `rdmashim stat` with all open: one QP per connection,
-#     the few CQs they share (cqs_for: 18 for 1,000), 3 MRs and 144 KiB
+#     the few CQs they use (cqs_for: 26 for 1,000), 3 MRs and 144 KiB
 #     registered per connection (printed);
 #   - the client closes them all at once: the server closes them all within
 #     SCALE_CLOSE_BOUND s (20) of the first EOF, and the client's next
@@ -52,7 +52,7 @@ for side in server client; do
 	[[ $side == client ]] && l=$c
 	q=$(kv "$l" ${side}_verbs_qps) cq=$(kv "$l" ${side}_verbs_cqs) m=$(kv "$l" ${side}_verbs_mrs)
 	reg=$(kv "$l" ${side}_verbs_registered) pool=$(kv "$l" ${side}_verbs_pooled)
-	check "$side stat: one QP, 3 MRs, $per_conn bytes per connection; $(cqs_for "$n") shared CQs" \
+	check "$side stat: one QP, 3 MRs, $per_conn bytes per connection; $(cqs_for "$n") CQs" \
 		"$(yes_if test "$q" = "$n" -a "$cq" = "$(cqs_for "$n")" -a "$m" = $((3 * n)) -a "$((reg - pool))" = $((per_conn * n)))" \
 		"$q QPs, $cq CQs, $m MRs, $reg bytes registered ($pool pooled), $(kv "$l" ${side}_rss_kb) kB resident, $(kv "$l" ${side}_fds) fds, $(kv "$l" memavailable_kb) kB available in the guest"
 done

@@ -134,7 +134,8 @@ say "many rc=$crc secs=$(elapsed "$t0" "$t1") client_verbs=$(tally many.client.l
 
 # Shared CQs, every wait asleep (RDMASHIM_SPIN_US=0): SCQ_THREADS blocking
 # threads in one client process, each on its own connection to a server
-# with a thread per connection, so each process's links share one CQ; a
+# with a thread per connection, so past the first 8 (a CQ each) each
+# process's links share CQs (16: two); a
 # completion is often polled by another thread or the CQ's watcher, which
 # must ring the right link's doorbell (a lost wake-up hangs a thread).
 # Seeded sizes and pauses (SCQ_SEED replays a run), every byte hashed.
@@ -145,7 +146,7 @@ spid=$!
 for ((i = 0; i < 300; i++)); do [[ -s scq.port ]] && break; sleep 0.1; done
 scq_seed=${SCQ_SEED:-$RANDOM}
 out=$(RDMASHIM_SPIN_US=0 timeout 170 "${SHIM[@]}" python3 "$STAGE_DIR/guest/shared_cq_peer.py" client "$self" \
-	"$(cat scq.port 2>/dev/null)" "${SCQ_THREADS:-8}" "${SCQ_ROUNDS:-600}" "$scq_seed" 2>scq.client.log)
+	"$(cat scq.port 2>/dev/null)" "${SCQ_THREADS:-24}" "${SCQ_ROUNDS:-600}" "$scq_seed" 2>scq.client.log)
 crc=$?
 kill "$spid" 2>/dev/null
 wait "$spid" 2>/dev/null
