@@ -48,17 +48,12 @@ SharedCq* SharedCq::attach(Device& dev, int* err) {
     *err = -EIO;
     ibv_comp_channel* channel = RDMASHIM_FAULT(kIbvChannel) ? nullptr : dev.create_channel(err);
     if (!channel) return nullptr;
-    ibv_cq* cq = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(kCqesPerLink, channel);
-    SharedCq* c = cq ? new (std::nothrow) SharedCq(dev, cq, 1, channel) : nullptr;
+    SharedCq* c = make(dev, 1, channel, true, err);
     if (!c) {
-      if (cq) dev.destroy_cq(cq);
       dev.destroy_channel(channel);
-      return *err = cq ? -ENOMEM : -EIO, nullptr;
+      return nullptr;
     }
-    cq->cq_context = c;
     p.own.push_back(c);
-    c->attached_ = 1;
-    *err = 0;
     return c;
   }
   for (SharedCq* c : p.cqs) {
@@ -78,17 +73,21 @@ SharedCq* SharedCq::attach(Device& dev, int* err) {
   }
   int links = std::min(kFirstLinks << std::min<size_t>(p.cqs.size(), 8), kMostLinks);
   if (int most = dev.max_cqe() / kCqesPerLink; most > 0 && links > most) links = most;
-  *err = -EIO;
-  ibv_cq* cq = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(links * kCqesPerLink, p.channel);
-  if (!cq) return nullptr;
-  auto* c = new (std::nothrow) SharedCq(dev, cq, links, nullptr);
+  SharedCq* c = make(dev, links, p.channel, false, err);
+  if (c) p.cqs.push_back(c);
+  return c;
+}
+
+SharedCq* SharedCq::make(Device& dev, int links, ibv_comp_channel* channel, bool own, int* err) {
+  ibv_cq* cq = RDMASHIM_FAULT(kIbvCq) ? nullptr : dev.create_cq(links * kCqesPerLink, channel);
+  if (!cq) return *err = -EIO, nullptr;
+  auto* c = new (std::nothrow) SharedCq(dev, cq, links, own ? channel : nullptr);
   if (!c) {
     dev.destroy_cq(cq);
     return *err = -ENOMEM, nullptr;
   }
   cq->cq_context = c;  // what ibv_get_cq_event hands the watcher
-  p.cqs.push_back(c);
-  ++c->attached_;
+  c->attached_ = 1;
   *err = 0;
   return c;
 }
@@ -125,7 +124,7 @@ void SharedCq::detach(uint32_t qpn) {
 }
 
 void SharedCq::sleep_begins() {
-  sleepers_.fetch_add(1, std::memory_order_seq_cst);
+  if (!own_) sleepers_.fetch_add(1, std::memory_order_seq_cst);  // for the watcher, which has no own CQ
   ibv_req_notify_cq(cq_, 0);
 }
 
@@ -162,6 +161,7 @@ void SharedCq::poll_locked() {
       if (std::find(touched, touched + t, link) == touched + t) touched[t++] = link;
     }
     for (int i = 0; i < t; ++i) touched[i]->after_completions();
+    if (n < 32) return;  // it was empty then: a later completion is the next poll's
   }
 }
 

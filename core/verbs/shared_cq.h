@@ -69,7 +69,9 @@ class SharedCq {
   void poll_locked();
   // Sleepers on this CQ's links: the watcher re-arms it while there are any.
   void sleep_begins();
-  void sleep_ends() { sleepers_.fetch_sub(1, std::memory_order_seq_cst); }
+  void sleep_ends() {
+    if (!own_) sleepers_.fetch_sub(1, std::memory_order_seq_cst);
+  }
 
   ibv_cq* cq() const { return cq_; }
   // A CQ of one link's own: its channel is that link's doorbell (-1: shared).
@@ -83,6 +85,9 @@ class SharedCq {
   friend void* watch_completions(void*);
   SharedCq(Device& dev, ibv_cq* cq, int capacity, ibv_comp_channel* own)
       : dev_(dev), cq_(cq), capacity_(capacity), own_(own) {}
+  // A CQ for `links` links on `channel`, one link's own (it keeps the
+  // channel) or the pool's; attached once. Destroys what it made on failure.
+  static SharedCq* make(Device& dev, int links, ibv_comp_channel* channel, bool own, int* err);
   void on_event();  // the watcher: an armed CQ got a completion
 
   Device& dev_;
@@ -90,7 +95,7 @@ class SharedCq {
   const int capacity_;            // links it may serve
   ibv_comp_channel* const own_;   // one link's own CQ: its channel (never the watcher's)
   int attached_ = 0;              // under the pool's lock
-  std::atomic<int> sleepers_{0};
+  std::atomic<int> sleepers_{0};  // a shared CQ's only (own CQs need no watcher)
   std::unordered_map<uint32_t, VerbsLink*> links_;  // under mu
   VerbsLink* last_ = nullptr;     // under mu: the last link a completion went to
   uint32_t last_qpn_ = 0;

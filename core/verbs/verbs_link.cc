@@ -134,7 +134,7 @@ void VerbsLink::after_completions() {
   // What the completions changed is stored; a sleeper counted itself before
   // it looked (prepare_sleep): one of the two sees the other.
   // (On a CQ of our own the CQ's event wakes our sleeper: no eventfd.)
-  if (wake_fd_ < 0) return;
+  if (on_own_cq()) return;
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleeping_.load(std::memory_order_relaxed) > 0 && !rung_.exchange(true, std::memory_order_acq_rel)) {
     uint64_t one = 1;
@@ -429,7 +429,7 @@ void VerbsLink::prepare_sleep(unsigned) {
 
 void VerbsLink::finish_sleep(unsigned, bool rung) {
   cq_->sleep_ends();
-  if (wake_fd_ < 0) {  // our own CQ: its channel is the doorbell
+  if (on_own_cq()) {  // its channel is the doorbell
     sleeping_.fetch_sub(1, std::memory_order_relaxed);
     cq_->take_own_events();
     return;

@@ -208,6 +208,8 @@ class VerbsLink final : public Link {
   uint64_t idle_posted_ = 0, tx_idle_since_ = 0;  // tx owned: the same for our writes
 
   SharedCq* cq_ = nullptr;  // attached once; cq_->mu guards what completions update
+  // A CQ of our own: its channel is our doorbell (no eventfd, no watcher).
+  bool on_own_cq() const { return wake_fd_ < 0; }
   int wake_fd_ = -1;        // on a shared CQ: our eventfd, ours to close
   int doorbell_ = -1;       // wake_fd_, or our own CQ's channel
   std::atomic<int> sleeping_{0};    // threads between prepare_sleep and finish_sleep
