@@ -48,7 +48,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   // clients, two hogs: half the rate).
   const bool yields_to_provider = link.provider_on_our_cores();
   const uint32_t yield_mask = yields_to_provider ? 15 : 1023;
-  Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl));
+  Spinner spin(dl == kNoDeadline ? 0 : static_cast<uint64_t>(dl), yields_to_provider);
   bool beside_peer = spin.spinning() && link.waits_beside_peer(sched_getcpu());
   for (uint32_t i = 1; spin.spinning(); ++i) {
     if (ready()) {
@@ -112,6 +112,7 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     int ms = release_due <= now ? 1 : static_cast<int>((release_due - now + 999'999) / 1'000'000);
     if (timeout < 0 || ms < timeout) timeout = ms;
   }
+  const uint64_t asleep_ns = spin.learns() ? now_ns() : 0;
   int r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
   int e = errno;
   if (r < 0 && e == EINVAL) {
@@ -123,7 +124,10 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     p[1].revents = tcp_events;
   }
   link.finish_sleep(what, r > 0 && p[0].revents != 0);
-  if (ready()) spin.found();
+  if (ready()) {
+    spin.found();
+    if (asleep_ns != 0 && r > 0 && p[0].revents != 0) spin.slept(now_ns() - asleep_ns);  // rung by the answer
+  }
   if (r < 0) {
     if (e != EINTR) return -e;
     return dl == kNoDeadline && signals_restart() ? 0 : -EINTR;

@@ -24,6 +24,7 @@ struct SpinState {
   uint64_t yields = 0;         // Spinner::yielded() calls: switches of our own making
   uint64_t yields_at_sample = 0;
   uint64_t crowded_until_ns = 0;
+  uint64_t sleep_cost_ns = 0;  // 0: no sleep answered within reach yet
 };
 thread_local SpinState t_spin;
 
@@ -52,6 +53,9 @@ constexpr uint64_t kSampleMaxNs = 50'000'000;
 constexpr long kCrowdSwitches = 2;
 constexpr uint64_t kCrowdHoldNs = 20'000'000;
 constexpr uint64_t kCrowdedSpinNs = 15'000;
+// A spin lasts at most this many times RDMASHIM_SPIN_US, however slow the
+// wake-ups here (Spinner::slept).
+constexpr uint64_t kMaxBudgetFactor = 4;
 
 void sample_crowding(SpinState& s, uint64_t now) {
   int saved = errno;  // a hook leaves errno as the kernel would
@@ -89,7 +93,7 @@ bool clock_cheap() {
 
 void spin_clock_for_test(int cheap) { g_clock_cheap.store(cheap, std::memory_order_relaxed); }
 
-Spinner::Spinner(uint64_t deadline_ns) : deadline_(deadline_ns) {
+Spinner::Spinner(uint64_t deadline_ns, bool learns) : deadline_(deadline_ns) {
   uint32_t budget_us = config().spin_us;
   const uint64_t now = coarse_now_ns();
   SpinState& s = t_spin;
@@ -102,6 +106,8 @@ Spinner::Spinner(uint64_t deadline_ns) : deadline_(deadline_ns) {
     recorded_ = true;  // nothing to learn
     return;
   }
+  learns_ = learns;
+  if (learns && s.sleep_cost_ns > budget_ns_) budget_ns_ = s.sleep_cost_ns;  // at most kMaxBudgetFactor x (slept)
   if (now - s.sample_ns >= kSampleNs) sample_crowding(s, now);
   if (now < s.crowded_until_ns && kCrowdedSpinNs < budget_ns_) budget_ns_ = kCrowdedSpinNs;
   if (s.skip > 0) {
@@ -153,6 +159,24 @@ bool Spinner::keep_going() {
 
 void Spinner::found() {
   if (!recorded_) finish(true);
+}
+
+void Spinner::slept(uint64_t ns) {
+  // What a sleep costs: the shortest recent sleep that its answer ended,
+  // among those a longer spin could have caught. A sleep answered later
+  // than that reach says sleeping was right: back toward the plain budget.
+  if (!learns_) return;
+  const uint64_t base = uint64_t{config().spin_us} * 1000;
+  SpinState& s = t_spin;
+  const uint64_t reach = base * kMaxBudgetFactor;
+  uint64_t& cost = s.sleep_cost_ns;
+  if (ns > reach) {
+    cost = cost <= base ? 0 : cost - (cost - base) / 8;
+  } else if (cost == 0 || ns < cost) {
+    cost = ns;
+  } else {
+    cost += (ns - cost) / 8;
+  }
 }
 
 void Spinner::finish(bool found) {

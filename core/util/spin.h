@@ -20,6 +20,15 @@
 //     2 ms, the one system call here) spins at most 15 us for the next 20 ms:
 //     long enough for a peer running on the other core right now, not for
 //     one that first has to be scheduled.
+//   - a wait on a software RDMA link (rxe, siw) whose recent sleeps were
+//     answered soon but woken late (through the provider's CQ event: 100-
+//     300 us in a TCG guest) spins longer, up to 4x the budget: spinning
+//     about as long as a sleep costs is never worse than twice the best
+//     choice (the competitive rule), and there every wait that spun 50 us
+//     and then slept cost a sixth of a ping-pong's rate. Sleeps answered
+//     later than that bring the budget back down. Only there: on shared
+//     memory beside CPU hogs the longer spins lost their CPU and made every
+//     message sleep (bench/never_worse, "2 hogs, default spin").
 // RDMASHIM_SPIN_US is the budget; 0 never spins, and neither does a
 // sandboxed process (util/process.h: the loops call sched_yield, which a
 // seccomp filter may forbid).
@@ -41,7 +50,9 @@ void spin_clock_for_test(int cheap);
 class Spinner {
  public:
   // Decides for this wait; deadline_ns (now_ns() clock, 0: none) caps it.
-  explicit Spinner(uint64_t deadline_ns = 0);
+  // learns: a wait on a software RDMA link, whose sleeps' cost may lengthen
+  // its spin (slept()).
+  explicit Spinner(uint64_t deadline_ns = 0, bool learns = false);
   // Whether a Spinner made now would spin, without making one (which takes
   // a turn of the backoff): a wait that will not spin can go to sleep at
   // once, its sleep being its first look (preload's poll and epoll hooks).
@@ -67,6 +78,11 @@ class Spinner {
   void yield_to_peer();
   // The condition came true (while spinning, or before sleeping).
   void found();
+  // Whether slept() is wanted: a learning wait that may spin at all.
+  bool learns() const { return learns_; }
+  // The wait slept and was woken by its answer after ns: teaches the
+  // thread what a sleep costs (the budget rule above).
+  void slept(uint64_t ns);
 
  private:
   void finish(bool found);
@@ -75,6 +91,7 @@ class Spinner {
   uint64_t end_ = 0, last_ = 0;  // now_ns() clock; 0 until first read
   bool spinning_ = false, attempted_ = false, preempted_ = false, recorded_ = false;
   bool yielded_ = false;  // since the last clock read
+  bool learns_ = false;
 };
 
 }  // namespace rdmashim

@@ -292,6 +292,54 @@ TEST(Spin, SlowClockIsReadOnlyOnceTheWaitLasts) {
   }).join();
 }
 
+// A wait on a software RDMA link whose sleeps are answered soon but woken
+// late (a VM's slow wake-ups) spins longer, up to 4x the budget; sleeps
+// answered later than that bring it back to the plain budget. Other waits
+// (shared memory) keep the plain budget.
+TEST(Spin, SlowWakeupsLengthenTheSpin) {
+  std::thread([] {
+    const uint64_t base = uint64_t{config().spin_us} * 1000;
+    auto spin_ns = [](bool learns = true) {  // one wait with nothing coming, as long as it spins
+      usleep(kPastIdleResetUs);  // a fresh start: no backoff
+      Spinner s(0, learns);
+      uint64_t t0 = now_ns();
+      while (s.keep_going()) cpu_relax();
+      return now_ns() - t0;
+    };
+    auto longest_of = [&](int n) {
+      uint64_t longest = 0;
+      for (int i = 0; i < n; ++i) longest = std::max(longest, spin_ns());
+      return longest;
+    };
+    auto teach = [](uint64_t ns, int times) {
+      for (int i = 0; i < times; ++i) {
+        Spinner s(0, true);
+        ASSERT_TRUE(s.learns());
+        s.found();
+        s.slept(ns);
+      }
+    };
+    teach(base * 3, 4);  // answered 150 us into each sleep
+    uint64_t longer = longest_of(5);
+    EXPECT_GE(longer, base * 3 * 9 / 10) << "a sleep costs 3 budgets here: spin about that long";
+    EXPECT_LT(longer, base * 4 * 20) << "far past the cap";
+    uint64_t plain = UINT64_MAX;
+    for (int i = 0; i < 5; ++i) plain = std::min(plain, spin_ns(false));
+    EXPECT_LT(plain, base * 2) << "a wait that does not learn keeps the plain budget";
+    teach(base * 40, 40);  // answered long after: sleeping was right
+    // The shortest of a few (a preemption can only shorten a spin, a long
+    // one is this machine's noise).
+    uint64_t shortest = UINT64_MAX;
+    for (int i = 0; i < 5; ++i) shortest = std::min(shortest, spin_ns());
+    EXPECT_LT(shortest, base * 2) << "back to the plain budget";
+    teach(base * 100, 1);  // far out of reach: nothing learnt
+    teach(base / 2, 1);    // quicker than the budget: the plain budget stands
+    shortest = UINT64_MAX;
+    for (int i = 0; i < 5; ++i) shortest = std::min(shortest, spin_ns());
+    EXPECT_LT(shortest, base * 2);
+  }).join();
+}
+
 // Crowding (issue 11): a thread the kernel keeps taking the CPU from (its
 // ru_nivcsw grows) spins only briefly: a peer running on the other core
 // still answers within that, one that must be scheduled first is slept for.
