@@ -106,12 +106,14 @@ void SharedCq::add(uint32_t qpn, VerbsLink* link) {
   links_[qpn] = link;
 }
 
+void SharedCq::remove(uint32_t qpn) {
+  std::lock_guard<std::mutex> lock(mu);
+  links_.erase(qpn);
+  if (last_qpn_ == qpn) last_ = nullptr, last_qpn_ = 0;
+}
+
 void SharedCq::detach(uint32_t qpn) {
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    if (qpn != 0) links_.erase(qpn);
-    if (last_qpn_ == qpn) last_ = nullptr, last_qpn_ = 0;
-  }
+  if (qpn != 0) remove(qpn);
   {
     std::lock_guard<std::mutex> lock(g_pool_mu);
     if (--attached_ > 0 || own_) return;

@@ -59,10 +59,12 @@ class SharedCq {
 
   // Completions for QP `qpn` go to `link` from now on (until remove()).
   void add(uint32_t qpn, VerbsLink* link);
-  // The link is going (its QP destroyed or about to be): its completions
-  // are dropped from now on, and its room is free again; a shared CQ left
-  // without links is destroyed (this object too). Once per attach(); qpn 0:
-  // no QP was added.
+  // ... and from now on are dropped: the link is going, its QP may live on
+  // (a transition that timed out: Leftovers in verbs_link_setup.cc).
+  void remove(uint32_t qpn);
+  // The link's QP is destroyed or about to be: remove(qpn), and its room
+  // is free again; a shared CQ left without links is destroyed (this object
+  // too). Once per attach(); qpn 0: no QP was added, or it was removed.
   void detach(uint32_t qpn);
 
   // Everything queued, handed to the links; the caller holds mu.

@@ -48,6 +48,7 @@ struct Leftovers {
   bool returned = false;
   Device* dev = nullptr;
   ibv_qp* qp = nullptr;
+  SharedCq* cq = nullptr;  // the QP's: its room is freed once the QP is gone
   Buffer rx{}, tx{}, ctl{};
 
   void release() {
@@ -55,10 +56,11 @@ struct Leftovers {
     {
       std::lock_guard<std::mutex> lock(mu);
       returned = true;
-      mine.dev = dev, mine.qp = qp, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
+      mine.dev = dev, mine.qp = qp, mine.cq = cq, mine.rx = rx, mine.tx = tx, mine.ctl = ctl;
     }
     if (!mine.dev) return;  // nothing was handed over
-    mine.dev->destroy_qp(mine.qp);  // its CQ is shared: it stays
+    mine.dev->destroy_qp(mine.qp);
+    if (mine.cq) mine.cq->detach(0);  // a shared CQ is destroyed only with no QP on it
     mine.dev->give_back(mine.rx), mine.dev->give_back(mine.tx), mine.dev->give_back(mine.ctl);
   }
 };
@@ -67,9 +69,12 @@ void VerbsLink::hand_over_resources(Leftovers* to) {
   std::lock_guard<std::mutex> lock(to->mu);
   if (to->returned) return;
   // Only before connected_: the rx ring is still first_rx_ (no region offered yet).
-  to->dev = &dev_, to->qp = qp_;
+  // The CQ too: while the QP lives it may still complete there, so it
+  // stays attached (never destroyed under the QP), but nothing reaches us.
+  if (cq_) cq_->remove(qpn_);
+  to->dev = &dev_, to->qp = qp_, to->cq = cq_;
   to->rx = first_rx_, to->tx = tx_, to->ctl = ctl_;
-  qp_ = nullptr, first_rx_ = Buffer{}, tx_ = Buffer{}, ctl_ = Buffer{};
+  qp_ = nullptr, cq_ = nullptr, first_rx_ = Buffer{}, tx_ = Buffer{}, ctl_ = Buffer{};
 }
 
 void* heartbeat_loop(void*) {
