@@ -125,6 +125,11 @@ std::unique_ptr<Connection> Connection::make_client(int fd, discovery::Announcem
   hello.version = wire::kVersion;
   hello.flags = wire::kHelloFlagDowngrade;  // we read Downgrade frames
   hello.transports = offer;
+  int sndbuf = 0;
+  socklen_t sndbuf_len = sizeof sndbuf;
+  if (sys::real().getsockopt(fd, SOL_SOCKET, SO_SNDBUF, &sndbuf, &sndbuf_len) == 0 && sndbuf > 0) {
+    hello.sndbuf = static_cast<uint32_t>(sndbuf);
+  }
   memcpy(hello.nonce, c->nonce_, sizeof hello.nonce);
   memcpy(hello.rendezvous, c->rendezvous_, sizeof hello.rendezvous);
   size_t len = sizeof hello;
@@ -458,9 +463,13 @@ void Connection::handle_hello(const wire::Hello& hello, const verbs::Params* par
   }
   if (!transport_ && allowed && (hello.transports & wire::kTransportShm) && cfg.transport != TransportChoice::kVerbs) {
     int err = -EIO;  // no token (getrandom failed): a setup failure too, not policy
-    size_t ring = tcp_equivalent_ring_size(fd_);
+    // The ring holds what TCP would buffer either way: the client's stream
+    // also in the client's send buffer (Hello::sndbuf), ours only in what
+    // we would buffer alone, whatever the client says.
+    size_t own = tcp_equivalent_ring_size(fd_);
+    size_t ring = ring_size_for_client(fd_, own, hello.sndbuf);
     auto t = !RDMASHIM_FAULT(kRandom) && random_bytes(ack.token, sizeof ack.token)
-                 ? shm::ShmTransport::offer(ring, hello.rendezvous, hello.nonce, ack.token, &err) : nullptr;
+                 ? shm::ShmTransport::offer(ring, own, hello.rendezvous, hello.nonce, ack.token, &err) : nullptr;
     if (t) {
       ack.transport = wire::kTransportShm;
       ack.ring_size = static_cast<uint32_t>(ring);

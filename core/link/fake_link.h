@@ -24,6 +24,7 @@ class FakeLinkPair {
   class End final : public Link {
    public:
     size_t ring_size() const override { return pair_->size_; }
+    size_t tx_limit() const override { return tx_limit_knob != 0 ? tx_limit_knob : pair_->size_; }
     void put(uint64_t offset, const void* src, size_t len) override {
       unsigned char* dst = peer().rx_.data() + offset;
       if (pair_->late_placement) {
@@ -63,6 +64,7 @@ class FakeLinkPair {
     int error() const override { return pair_->error; }
     size_t put_room() override { return pair_->put_room; }
 
+    size_t tx_limit_knob = 0;  // 0: the whole ring
     // Fault knobs for this end's published cursors.
     int64_t bogus_tail_delta = 0;
     int64_t bogus_head_delta = 0;

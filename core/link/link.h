@@ -20,6 +20,9 @@ class Link {
 
   // Bytes in each direction's ring (a power of two, equal both ways).
   virtual size_t ring_size() const = 0;
+  // The most of our own stream the peer's rx ring may hold unconsumed (a
+  // power of two, at most ring_size()): what TCP would buffer this way.
+  virtual size_t tx_limit() const { return ring_size(); }
 
   // Producer side. put() copies into the peer's rx ring at `offset`
   // (offset + len <= ring_size); nothing is promised visible before

@@ -31,16 +31,24 @@ constexpr uint64_t kFirstLap = 1024 * 1024;
 
 unsigned log2_of(uint64_t pow2) { return static_cast<unsigned>(__builtin_ctzll(pow2)); }
 
+// The link's tx limit as a power of two within the ring.
+uint64_t own_limit(const Link& link) {
+  uint64_t size = link.ring_size(), limit = link.tx_limit();
+  if (limit == 0 || limit >= size) return size;
+  return uint64_t{1} << (63 - __builtin_clzll(limit));
+}
+
 }  // namespace
 
 RingChannel::RingChannel(Link& link)
     : link_(link),
       size_(link.ring_size()),
       mask_(link.ring_size() - 1),
-      tx_lap_(link.ring_size()),
+      limit_(own_limit(link)),
+      tx_lap_(limit_),
       elastic_(link.elastic()),
       maintained_(link.maintained()),
-      first_lap_(link.ring_size() < kFirstLap ? link.ring_size() : kFirstLap) {}
+      first_lap_(limit_ < kFirstLap ? limit_ : kFirstLap) {}
 
 void RingChannel::publish_map() { link_.publish_map(uint64_t{log2_of(tx_lap_)} << 32 | (tx_base_ & mask_)); }
 
@@ -77,8 +85,8 @@ void RingChannel::resync_tx() {
   if (elastic_) {
     uint64_t word = link_.own_map();
     unsigned lg = static_cast<unsigned>(word >> 32);
-    tx_lap_ = word == 0 ? size_ : uint64_t{1} << (lg < 63 ? lg : 0);
-    if (tx_lap_ > size_ || tx_lap_ < first_lap_) tx_lap_ = size_;
+    tx_lap_ = word == 0 ? limit_ : uint64_t{1} << (lg < 63 ? lg : 0);
+    if (tx_lap_ > limit_ || tx_lap_ < first_lap_) tx_lap_ = limit_;
     tx_base_ = word & mask_;
   }
   tx_head_ = 0;  // refreshed (and checked) from the peer by the next writable()
@@ -89,7 +97,8 @@ ssize_t RingChannel::writable() {
   // Credit only moves forward and never past what we produced.
   if (RDMASHIM_UNLIKELY(head < tx_head_ || head > tx_tail_)) return -EPROTO;
   tx_head_ = head;
-  uint64_t room = size_ - (tx_tail_ - tx_head_);
+  const uint64_t pending = tx_tail_ - tx_head_;
+  uint64_t room = pending < limit_ ? limit_ - pending : 0;
   if (room > 0) {
     size_t staged = link_.put_room();  // an asynchronous link's staging may be the limit
     if (staged < room) room = staged;
@@ -119,7 +128,7 @@ ssize_t RingChannel::write(const iovec* iov, int iovcnt, size_t skip, bool may_g
     // a stream that keeps draining stays in the same few (cache-hot) pages.
     if (tx_head_ == tx_tail_ && (tx_base_ != tx_tail_ || tx_lap_ != first_lap_)) restart_lap();
     if (tx_tail_ - tx_head_ >= tx_lap_) {
-      if (!may_grow || tx_lap_ >= size_) return 0;
+      if (!may_grow || tx_lap_ >= limit_) return 0;
       grow_lap();
     }
     room = static_cast<ssize_t>(tx_lap_ - (tx_tail_ - tx_head_));

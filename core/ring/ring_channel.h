@@ -4,7 +4,8 @@
 //
 // Positions are 64-bit byte counts that never wrap; the ring offset is
 // (position - base) & (lap - 1); base 0 and lap = size unless the link is
-// elastic (Link::elastic). The producer may write while tail - head < lap.
+// elastic (Link::elastic). The producer may write while tail - head < lap,
+// and never more than Link::tx_limit (laps grow up to it).
 //
 // Elastic laps: a lap starts at 1 MiB (cache-hot, as the fixed rings were)
 // and restarts at the ring's start whenever the consumer drained everything.
@@ -53,9 +54,9 @@ class RingChannel {
   // Lock-free answers for readiness checks from any thread: whether a read
   // (a write) would find bytes (room) now. Never used to move data.
   bool readable_hint() const { return link_.peer_tail() != link_.own_head(); }
-  bool writable_hint() const { return link_.own_tail() - link_.peer_head() < size_ && link_.put_room() > 0; }
+  bool writable_hint() const { return link_.own_tail() - link_.peer_head() < limit_ && link_.put_room() > 0; }
   // Bytes waiting to be read / produced but not yet consumed by the peer,
-  // at most a ring (the peer's cursor is unchecked here: FIONREAD must not
+  // at most our own limit (the peer's cursor is unchecked here: FIONREAD must not
   // tell the program to allocate more than TCP could have buffered).
   uint64_t unread_hint() const { return clamp(link_.peer_tail() - link_.own_head()); }
   uint64_t unacked_hint() const { return clamp(link_.own_tail() - link_.peer_head()); }
@@ -63,7 +64,7 @@ class RingChannel {
   // (a fork sharing this connection) may have moved them.
   void resync_rx();
   void resync_tx();
-  uint64_t clamp(uint64_t n) const { return n > size_ ? size_ : n; }
+  uint64_t clamp(uint64_t n) const { return n > limit_ ? limit_ : n; }
 
   // Elastic links. The producer hands back the pages it wrote since the last
   // time, if the consumer drained everything (caller holds the send side);
@@ -87,6 +88,7 @@ class RingChannel {
   Link& link_;
   const uint64_t size_;
   const uint64_t mask_;
+  const uint64_t limit_;     // Link::tx_limit: our stream never holds more of the ring
   uint64_t tx_tail_ = 0;     // bytes we produced
   uint64_t tx_head_ = 0;     // latest credit seen from the peer
   uint64_t rx_head_ = 0;     // bytes we consumed

@@ -29,4 +29,12 @@ static_assert(valid_ring_size(kMinRingSize) && valid_ring_size(kMaxRingSize) &&
 // most kMaxRingSize. Its pages cost memory only once written (ring_sizing.cc).
 size_t tcp_equivalent_ring_size(int fd);
 
+// The ring for a server's connection on socket fd whose client's socket
+// reports peer_sndbuf as its SO_SNDBUF: TCP buffers the client's stream in
+// that send buffer and in our receive buffer (the larger of SO_RCVBUF and
+// tcp_rmem[2]), so the ring is at least that, and at least `own`
+// (tcp_equivalent_ring_size), rounded up and capped the same way.
+// RDMASHIM_RING_SIZE, if set, still decides alone.
+size_t ring_size_for_client(int fd, size_t own, uint64_t peer_sndbuf);
+
 }  // namespace rdmashim

@@ -29,14 +29,27 @@ uint64_t sysctl_max(const char* path, uint64_t fallback) {
 
 // Read once per process: the limits rarely change and a sandboxed process
 // may not be allowed to open /proc later.
-uint64_t host_tcp_buffering() {
-  static std::atomic<uint64_t> cached{0};
+uint64_t cached_sysctl_max(std::atomic<uint64_t>& cached, const char* path, uint64_t fallback) {
   uint64_t v = cached.load(std::memory_order_relaxed);
   if (v == 0) {
-    v = sysctl_max("/proc/sys/net/ipv4/tcp_wmem", 4u << 20) + sysctl_max("/proc/sys/net/ipv4/tcp_rmem", 6u << 20);
+    v = sysctl_max(path, fallback);
     cached.store(v, std::memory_order_relaxed);
   }
   return v;
+}
+uint64_t host_tcp_rmem() {
+  static std::atomic<uint64_t> cached{0};
+  return cached_sysctl_max(cached, "/proc/sys/net/ipv4/tcp_rmem", 6u << 20);
+}
+uint64_t host_tcp_buffering() {
+  static std::atomic<uint64_t> cached{0};
+  return cached_sysctl_max(cached, "/proc/sys/net/ipv4/tcp_wmem", 4u << 20) + host_tcp_rmem();
+}
+
+size_t round_up_ring(uint64_t want) {
+  size_t size = kDefaultRingSize;
+  while (size < want && size < kMaxRingSize) size <<= 1;
+  return size;
 }
 
 }  // namespace
@@ -54,9 +67,19 @@ size_t tcp_equivalent_ring_size(int fd) {
       static_cast<uint64_t>(snd) + static_cast<uint64_t>(rcv) > want) {
     want = static_cast<uint64_t>(snd) + static_cast<uint64_t>(rcv);
   }
-  size_t size = kDefaultRingSize;
-  while (size < want && size < kMaxRingSize) size <<= 1;
-  return size;
+  return round_up_ring(want);
+}
+
+size_t ring_size_for_client(int fd, size_t own, uint64_t peer_sndbuf) {
+  if (config().ring_size_set || peer_sndbuf == 0) return own;
+  uint64_t rcv_max = host_tcp_rmem();
+  int rcv = 0;
+  socklen_t len = sizeof rcv;
+  if (sys::real().getsockopt(fd, SOL_SOCKET, SO_RCVBUF, &rcv, &len) == 0 && static_cast<uint64_t>(rcv) > rcv_max) {
+    rcv_max = static_cast<uint64_t>(rcv);
+  }
+  size_t size = round_up_ring(peer_sndbuf + rcv_max);
+  return size > own ? size : own;
 }
 
 }  // namespace rdmashim

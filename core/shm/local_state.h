@@ -52,6 +52,11 @@ struct LocalState {
   alignas(64) std::atomic<uint64_t> produced{0};
   std::atomic<uint64_t> map{0};
   alignas(64) std::atomic<uint64_t> consumed{0};
+  // The most of our own stream the ring may hold unconsumed, when less than
+  // the ring (0: the whole ring). A server whose client's larger send
+  // buffer made the ring larger keeps its own writes to what it would have
+  // buffered alone: the client cannot make it hold more than on TCP.
+  std::atomic<uint64_t> tx_limit{0};
 };
 
 constexpr uint64_t kLocalMagic = 0x6c61636f'6c6d6873ull;  // "shmlocal", loosely

@@ -18,6 +18,10 @@ class ShmLink final : public Link {
   ShmLink(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self);
 
   size_t ring_size() const override { return segment_->ring_size(); }
+  size_t tx_limit() const override {
+    uint64_t limit = local().tx_limit.load(std::memory_order_relaxed);
+    return limit != 0 && limit < ring_size() ? limit : ring_size();
+  }
   void put(uint64_t offset, const void* src, size_t len) override;
   void publish_tail(uint64_t tail) override;
   uint64_t peer_head() override;

@@ -119,13 +119,15 @@ void ShmTransport::unlock(Dir d) {
   owner.store(0, std::memory_order_release);
 }
 
-std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
+std::unique_ptr<ShmTransport> ShmTransport::offer(size_t ring_size, size_t tx_limit,
+                                                  const unsigned char (&rendezvous)[kNameBytes],
                                                   const unsigned char (&nonce)[kNonceBytes],
                                                   const unsigned char (&token)[kTokenBytes], int* err) {
   std::unique_ptr<Segment> segment = Segment::create(ring_size, err);
   if (!segment) return nullptr;
   std::unique_ptr<LocalPage> local = LocalPage::create(err);  // before anything reaches the client
   if (!local) return nullptr;
+  if (tx_limit < ring_size) local->state().tx_limit.store(tx_limit, std::memory_order_relaxed);
   const int fds[kHandoffFds] = {segment->memfd()};
   UniqueFd doorbell;
   *err = send_descriptors(rendezvous, nonce, token, fds, &doorbell);

@@ -15,8 +15,10 @@ namespace rdmashim::shm {
 class ShmTransport final : public Transport {
  public:
   // Server: creates the segment and delivers it to the client's rendezvous
-  // name together with the Hello's `nonce` and `token`. nullptr and *err on failure.
-  static std::unique_ptr<ShmTransport> offer(size_t ring_size, const unsigned char (&rendezvous)[kNameBytes],
+  // name together with the Hello's `nonce` and `token`. Our own writes keep
+  // to tx_limit (<= ring_size; LocalState::tx_limit). nullptr and *err on failure.
+  static std::unique_ptr<ShmTransport> offer(size_t ring_size, size_t tx_limit,
+                                             const unsigned char (&rendezvous)[kNameBytes],
                                              const unsigned char (&nonce)[kNonceBytes],
                                              const unsigned char (&token)[kTokenBytes], int* err);
   // Client: receives the descriptors on `listener` (sent by user

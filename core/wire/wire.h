@@ -50,7 +50,11 @@ enum TransportBits : uint32_t {
 // 16  nonce[16]      random; echoed in Ack so app bytes can never pass for an Ack
 // 32  rendezvous[16] random name of the client's rendezvous abstract unix socket
 //                    that receives the shared-memory descriptors
-// 48  reserved[16]   zero
+// 48  sndbuf         u32 the client socket's SO_SNDBUF as the kernel reports
+//                    it (0 from an older client): TCP buffers that much of
+//                    the client's stream on its side, beyond what the server
+//                    would, so a shared-memory ring holds it too
+// 52  reserved[12]   zero
 struct Hello {
   unsigned char magic[8];
   uint16_t version;
@@ -58,7 +62,8 @@ struct Hello {
   uint32_t transports;
   unsigned char nonce[16];
   unsigned char rendezvous[16];
-  unsigned char reserved[16];
+  uint32_t sndbuf;
+  unsigned char reserved[12];
 };
 static_assert(sizeof(Hello) == 64);
 constexpr uint16_t kHelloFlagsMustUnderstand = 0x00FF;
@@ -72,7 +77,7 @@ constexpr uint16_t kHelloFlagDowngrade = 0x0100;
 inline bool hello_understood(const Hello& h) {
   return h.version == kVersion && (h.flags & kHelloFlagsMustUnderstand & ~kHelloFlagsKnown) == 0;
 }
-static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) == 32);
+static_assert(offsetof(Hello, transports) == 12 && offsetof(Hello, rendezvous) == 32 && offsetof(Hello, sndbuf) == 48);
 
 // Server's answer to a Hello it saw before its application spoke.
 //  0  magic[8]       kAckMagic

@@ -12,12 +12,28 @@
                                 ring); then, all idle, sleeps in select()
                                 and prints the ring memory (memfd blocks) this
                                 process holds, as JSON
+  fill_server PORTFILE GOFILE read|write
+  fill PORT GOFILE read|write SNDBUF
+                                one connection whose client set SO_SNDBUF
+                                (SO_SNDBUFFORCE, root) before connecting;
+                                after the server's greeting the writing
+                                side ("read": the client) writes without
+                                blocking until 300 ms pass without progress
+                                and prints {"buffered": N}, the other reads
+                                nothing until GOFILE exists, then reads to
+                                EOF and prints {"received": N}
 """
 import asyncio, hashlib, json, os, select, socket, sys, time
 
 # The address to listen on and connect to (the Soft-RoCE guest passes its
 # eth0 address, the one its RoCE GID carries).
 HOST = os.environ.get("PEERS_HOST", "127.0.0.1")
+
+
+def publish_port(portfile, port):
+    with open(portfile + ".tmp", "w") as f:
+        f.write(str(port))
+    os.rename(portfile + ".tmp", portfile)  # whole, for the script polling it
 
 
 async def serve(portfile, mode):
@@ -43,10 +59,7 @@ async def serve(portfile, mode):
         writer.close()
 
     server = await asyncio.start_server(echo if mode == "echo" else sink, HOST, 0)
-    port = server.sockets[0].getsockname()[1]
-    with open(portfile + ".tmp", "w") as f:
-        f.write(str(port))
-    os.rename(portfile + ".tmp", portfile)
+    publish_port(portfile, server.sockets[0].getsockname()[1])
     async with server:
         await server.serve_forever()
 
@@ -114,6 +127,82 @@ def many(port, conns, size):
     return 0
 
 
+SO_SNDBUFFORCE = 32
+
+
+def wait_for(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+
+
+def flood(sock):
+    # Non-blocking writes until the buffers are full: no progress for 300 ms.
+    sock.setblocking(False)
+    chunk, total, last = b"f" * (1 << 20), 0, time.time()
+    while time.time() - last < 0.3:
+        try:
+            total += sock.send(chunk)
+            last = time.time()
+        except BlockingIOError:
+            time.sleep(0.01)
+    sock.setblocking(True)
+    print(json.dumps({"buffered": total}), flush=True)
+
+
+def drain(sock):
+    total = 0
+    while True:
+        data = sock.recv(1 << 20)
+        if not data:
+            break
+        if data.strip(b"f"):
+            raise SystemExit("unexpected bytes")
+        total += len(data)
+    print(json.dumps({"received": total}), flush=True)
+
+
+def fill_server(portfile, gofile, mode):
+    ls = socket.socket()
+    ls.bind((HOST, 0))
+    ls.listen(1)
+    publish_port(portfile, ls.getsockname()[1])
+    conn, _ = ls.accept()
+    conn.sendall(b"g")
+    if mode == "write":
+        conn.recv(1)  # the client is there and reads no more
+        flood(conn)
+        wait_for(gofile)
+    else:
+        wait_for(gofile)
+        drain(conn)
+    conn.close()
+    return 0
+
+
+def fill_client(port, gofile, mode, sndbuf):
+    s = socket.socket()
+    try:
+        if sndbuf:
+            s.setsockopt(socket.SOL_SOCKET, SO_SNDBUFFORCE, sndbuf)
+    except PermissionError:
+        print("SO_SNDBUFFORCE needs CAP_NET_ADMIN", file=sys.stderr)
+        return 77
+    s.connect((HOST, port))
+    if s.recv(1) != b"g":
+        return 1
+    if mode == "write":
+        s.sendall(b"r")
+        wait_for(gofile)
+        drain(s)
+    else:
+        flood(s)
+        wait_for(gofile)
+        s.shutdown(socket.SHUT_WR)
+        s.recv(1)  # the server's EOF
+    s.close()
+    return 0
+
+
 def main():
     cmd = sys.argv[1]
     if cmd == "server":
@@ -123,6 +212,10 @@ def main():
         return asyncio.run(echo_client(int(sys.argv[2]), int(sys.argv[3])))
     if cmd == "many":
         return many(int(sys.argv[2]), int(sys.argv[3]), int(sys.argv[4]))
+    if cmd == "fill_server":
+        return fill_server(sys.argv[2], sys.argv[3], sys.argv[4])
+    if cmd == "fill":
+        return fill_client(int(sys.argv[2]), sys.argv[3], sys.argv[4], int(sys.argv[5]))
     print(__doc__, file=sys.stderr)
     return 2
 

@@ -6,8 +6,15 @@
 #include <numeric>
 #include <vector>
 
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+
 #include "link/fake_link.h"
 #include "ring/ring_channel.h"
+#include "ring/ring_limits.h"
 
 namespace rdmashim {
 namespace {
@@ -93,6 +100,40 @@ TEST(Ring, FullRingAcceptsNothingMoreUntilCreditReturns) {
   auto all = read_bytes(rx, 8192);
   std::vector<unsigned char> expect(big.begin() + 1000, big.end());
   EXPECT_EQ(all, expect);
+}
+
+// A server whose client's send buffer enlarged the ring keeps its own stream
+// to what it would have buffered alone (Link::tx_limit, rounded down to a
+// power of two); the client's direction uses the whole ring.
+TEST(Ring, TxLimitCapsOnlyItsOwnDirection) {
+  FakeLinkPair pair(16384);
+  pair.a.tx_limit_knob = 5000;  // floors to 4096
+  RingChannel a(pair.a), b(pair.b);
+  auto big = pattern(20000, 5);
+  EXPECT_EQ(write_bytes(a, big), 4096);
+  EXPECT_EQ(a.writable(), 0);
+  EXPECT_FALSE(a.writable_hint());
+  EXPECT_EQ(a.unacked_hint(), 4096u);
+  EXPECT_EQ(read_bytes(b, 1000), std::vector<unsigned char>(big.begin(), big.begin() + 1000));
+  EXPECT_EQ(a.writable(), 1000);
+  EXPECT_EQ(write_bytes(b, big), 16384);  // the other way: the whole ring
+  EXPECT_EQ(b.unacked_hint(), 16384u);
+  EXPECT_EQ(a.unread_hint(), 4096u);      // and FIONREAD says no more than a's own limit
+  EXPECT_EQ(read_bytes(a, 20000), std::vector<unsigned char>(big.begin(), big.begin() + 16384));
+}
+
+// TCP holds a client's stream in the client's send buffer too: a larger one
+// (Hello::sndbuf) enlarges the ring, a smaller one or none leaves the
+// server's own figure, and nothing goes past the largest ring.
+TEST(RingSizing, ClientSendBufferEnlargesTheRing) {
+  int tcp = socket(AF_INET, SOCK_STREAM, 0);
+  ASSERT_GE(tcp, 0);
+  const size_t own = tcp_equivalent_ring_size(tcp);
+  EXPECT_EQ(ring_size_for_client(tcp, own, 0), own);  // an older client says nothing
+  EXPECT_EQ(ring_size_for_client(tcp, own, 4096), own);
+  EXPECT_EQ(ring_size_for_client(tcp, own, own * 2), std::min(own * 4, kMaxRingSize));
+  EXPECT_EQ(ring_size_for_client(tcp, own, UINT32_MAX), kMaxRingSize);
+  close(tcp);
 }
 
 TEST(Ring, PartialReadsReassembleTheStream) {
