@@ -1,12 +1,14 @@
-// rdmashim doctor: is this machine ready for the verbs transport?
+// rdmashim doctor: is this machine ready for rdmashim? First the settings and
+// what two local processes need for shared memory (doctor_same_host.cc), then
+// the verbs transport:
 //
 // Lists devices, ports, states, MTUs and GIDs, says whether connections to
 // other hosts use verbs on the chosen device and why (verbs/policy.h), then opens and closes a PD, a
 // CQ, an MR and a QP and walks a loopback QP through INIT, RTR and RTS with
 // one RDMA WRITE WITH IMM to itself. Every step runs in a child process
 // under a watchdog: a provider call that blocks ends the command with exit
-// code 124 and the name of the step, never a hang. Exit 0: ready; 1: a step
-// failed (including "no device"); 124: a step blocked.
+// code 124 and the name of the step, never a hang. Exit 0: both ready; 1: a
+// step failed (including "no device"); 124: a step blocked.
 #include "doctor.h"
 #include "json.h"
 
@@ -217,6 +219,10 @@ int doctor(int argc, char** argv) {
     }
   }
   if (timeout_s <= 0) timeout_s = 10;
+  const std::vector<DoctorLine> same_host = same_host_checks();
+  bool same_host_ok = true;
+  for (auto& [ok, text] : same_host) same_host_ok = same_host_ok && ok;
+  fflush(stdout);  // nothing buffered twice by the fork
   int p[2];
   if (pipe(p) != 0) return 1;
   pid_t child = fork();
@@ -228,7 +234,7 @@ int doctor(int argc, char** argv) {
   close(p[1]);
   // Each step must report within the timeout, measured from the last report.
   std::string buf, step = "load";
-  std::vector<std::pair<bool, std::string>> lines;
+  std::vector<DoctorLine> lines;
   bool blocked = false;
   for (;;) {
     pollfd pf{p[0], POLLIN, 0};
@@ -252,10 +258,13 @@ int doctor(int argc, char** argv) {
   if (blocked) kill(child, SIGKILL);
   int status = 0;
   waitpid(child, &status, 0);
-  bool all_ok = !blocked && !lines.empty() && lines.back().second.rfind("teardown", 0) == 0;
-  for (auto& [ok, text] : lines) all_ok = all_ok && (ok || text.rfind("port", 0) == 0);
+  bool verbs_ok = !blocked && !lines.empty() && lines.back().second.rfind("teardown", 0) == 0;
+  for (auto& [ok, text] : lines) verbs_ok = verbs_ok && (ok || text.rfind("port", 0) == 0);
+  const bool all_ok = same_host_ok && verbs_ok;
+  lines.insert(lines.begin(), same_host.begin(), same_host.end());
   if (json) {
-    printf("{\"ok\":%s,\"blocked\":%s,\"steps\":[", all_ok ? "true" : "false", blocked ? "true" : "false");
+    printf("{\"ok\":%s,\"same_host\":%s,\"verbs\":%s,\"blocked\":%s,\"steps\":[", all_ok ? "true" : "false",
+           same_host_ok ? "true" : "false", verbs_ok ? "true" : "false", blocked ? "true" : "false");
     for (size_t i = 0; i < lines.size(); ++i) {
       std::string detail = lines[i].second;
       size_t sp = detail.find(' ');
@@ -273,7 +282,12 @@ int doctor(int argc, char** argv) {
             timeout_s, lines.empty() ? "start" : lines.back().second.substr(0, lines.back().second.find(' ')).c_str());
     return 124;
   }
-  if (!json) printf("%s\n", all_ok ? "ready: the verbs transport can run here" : "not ready (see FAIL above)");
+  if (!json) {
+    printf("%s\n", same_host_ok ? "same host: ready (shared memory between local processes)"
+                                : "same host: not ready (see FAIL above): local connections stay on TCP");
+    printf("%s\n", verbs_ok ? "verbs: ready: the verbs transport can run here"
+                            : "verbs: not ready (see FAIL above): connections to other hosts stay on TCP");
+  }
   return all_ok ? 0 : 1;
 }
 
