@@ -6,11 +6,13 @@
 #include <poll.h>
 #include <sys/socket.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstring>
 #include <utility>
 
+#include "ring/ring_limits.h"
 #include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/iov.h"
@@ -369,8 +371,11 @@ size_t Connection::rcvlowat() {
     if (sys::real().getsockopt(fd(), SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1) v = 1;
     rcvlowat_.store(v, std::memory_order_relaxed);
   }
-  // A ring smaller than twice the mark could never wake the reader.
-  size_t half = ring_->link().ring_size() / 2;
+  // A ring smaller than twice the mark could never wake the reader; nor a
+  // server whose own stream keeps to less than the ring (a client's larger
+  // send buffer enlarged it: LocalState::tx_limit), which is at least the
+  // host's size.
+  size_t half = std::min(ring_->link().ring_size(), host_ring_size()) / 2;
   return static_cast<size_t>(v) < half ? static_cast<size_t>(v) : half;
 }
 

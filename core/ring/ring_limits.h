@@ -29,6 +29,11 @@ static_assert(valid_ring_size(kMinRingSize) && valid_ring_size(kMaxRingSize) &&
 // most kMaxRingSize. Its pages cost memory only once written (ring_sizing.cc).
 size_t tcp_equivalent_ring_size(int fd);
 
+// What every server on this host lets its own stream hold at least
+// (tcp_equivalent_ring_size without socket options; RDMASHIM_RING_SIZE if
+// set): the most a reader may wait for from any peer, whatever the ring's size.
+size_t host_ring_size();
+
 // The ring for a server's connection on socket fd whose client's socket
 // reports peer_sndbuf as its SO_SNDBUF: TCP buffers the client's stream in
 // that send buffer and in our receive buffer (the larger of SO_RCVBUF and

@@ -70,6 +70,11 @@ size_t tcp_equivalent_ring_size(int fd) {
   return round_up_ring(want);
 }
 
+size_t host_ring_size() {
+  const Config& cfg = config();
+  return cfg.ring_size_set ? cfg.ring_size : round_up_ring(host_tcp_buffering());
+}
+
 size_t ring_size_for_client(int fd, size_t own, uint64_t peer_sndbuf) {
   if (config().ring_size_set || peer_sndbuf == 0) return own;
   uint64_t rcv_max = host_tcp_rmem();

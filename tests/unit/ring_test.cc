@@ -133,6 +133,9 @@ TEST(RingSizing, ClientSendBufferEnlargesTheRing) {
   EXPECT_EQ(ring_size_for_client(tcp, own, 4096), own);
   EXPECT_EQ(ring_size_for_client(tcp, own, own * 2), std::min(own * 4, kMaxRingSize));
   EXPECT_EQ(ring_size_for_client(tcp, own, UINT32_MAX), kMaxRingSize);
+  // What any server here grants its own stream: a reader's SO_RCVLOWAT is
+  // capped by half of it, so it never waits for more than a server may send.
+  EXPECT_EQ(host_ring_size(), own);
   close(tcp);
 }
 
