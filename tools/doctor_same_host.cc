@@ -5,9 +5,7 @@
 #include "doctor.h"
 
 #include <arpa/inet.h>
-#include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/un.h>
 #include <unistd.h>
@@ -18,6 +16,9 @@
 #include <string>
 
 #include "discovery/sockdiag.h"
+#include "ring/ring_limits.h"
+#include "shm/local_state.h"
+#include "shm/segment.h"
 #include "util/config.h"
 #include "util/unique_fd.h"
 
@@ -26,18 +27,16 @@ namespace {
 
 std::string why(const char* call) { return std::string(call) + ": " + strerror(errno); }
 
-// The segment: a sealed memfd, mapped shared (shm/segment.cc).
+// A server's segment and a side's local page, made as a connection makes
+// them (a sealed memfd mapped shared, and a page of our own).
 DoctorLine check_memfd() {
-  UniqueFd fd(memfd_create("rdmashim-doctor", MFD_CLOEXEC | MFD_ALLOW_SEALING));
-  if (!fd) return {false, "shm-memfd " + why("memfd_create")};
-  if (ftruncate(fd.get(), 4096) != 0) return {false, "shm-memfd " + why("ftruncate")};
-  if (fcntl(fd.get(), F_ADD_SEALS, F_SEAL_SHRINK | F_SEAL_GROW | F_SEAL_SEAL) != 0) {
-    return {false, "shm-memfd " + why("F_ADD_SEALS")};
+  int err = 0;
+  if (!shm::Segment::create(kMinRingSize, &err)) {
+    return {false, std::string("shm-memfd the segment cannot be made: ") + strerror(-err)};
   }
-  void* p = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED, fd.get(), 0);
-  if (p == MAP_FAILED) return {false, "shm-memfd " + why("mmap")};
-  memcpy(p, "rdmashim", 8);
-  munmap(p, 4096);
+  if (!shm::LocalPage::create(&err)) {
+    return {false, std::string("shm-memfd the local page cannot be made: ") + strerror(-err)};
+  }
   return {true, "shm-memfd sealed memfd created and mapped shared"};
 }
 

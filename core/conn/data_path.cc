@@ -371,6 +371,7 @@ size_t Connection::rcvlowat() {
     if (sys::real().getsockopt(fd(), SOL_SOCKET, SO_RCVLOWAT, &v, &len) != 0 || v < 1) v = 1;
     rcvlowat_.store(v, std::memory_order_relaxed);
   }
+  if (v <= 1) return 1;  // the default: readiness asks this on every poll
   // A ring smaller than twice the mark could never wake the reader; nor a
   // server whose own stream keeps to less than the ring (a client's larger
   // send buffer enlarged it: LocalState::tx_limit), which is at least the
