@@ -169,7 +169,9 @@ short set_events(EpollSet& s, short want, short kernel, int depth);
 // A TCP socket not connected (yet), which may become a stream (connecting.cc).
 bool may_become_stream(int fd);
 // One armed connection of a sleep: what it armed, and the slot of its
-// doorbell in a poll() array (-1: in an epoll set, edge-triggered).
+// doorbell in a poll() array, or where in the epoll sets it sits
+// (edge-triggered): in the one waited on, or in a set nested there.
+constexpr int kInWaitedSet = -1, kInNestedSet = -2;
 struct Armed {
   Ref ref;
   unsigned what;

@@ -545,10 +545,18 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       }
       err = errno;
     }
-    // The doorbells sit in the set edge-triggered: nothing to drain but the
-    // rings the peer counted (ShmLink::finish_sleep), so the queue never
-    // fills and every ring is a new edge.
-    for (auto& a : armed) a.ref->conn->disarm(a.what, false);
+    // The doorbells sit in the set edge-triggered: every ring is a new edge,
+    // so what epoll_wait took leaves nothing to drain now, and the rings left
+    // queued go in batches (ShmLink::finish_edge_sleep). A set nested in it,
+    // or a sleep in ppoll (clients connecting), leaves their edges on a
+    // ready list that a queued ring would keep readable: those drain.
+    for (auto& a : armed) {
+      if (a.slot == kInWaitedSet && watch.empty()) {
+        a.ref->conn->disarm_edge(a.what);
+      } else {
+        a.ref->conn->disarm(a.what, false);
+      }
+    }
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
@@ -618,7 +626,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
         r->doorbell_added = rc == 0 || errno == EEXIST;
       }
       unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
-      armed.push_back({share(r->entry.get()), what, -1});
+      armed.push_back({share(r->entry.get()), what, depth == 1 ? kInWaitedSet : kInNestedSet});
     }
     // What another thread holds or left unread has spent its kernel edge: a
     // FIN or frame a look could not read (read it now), or a read taking a

@@ -9,6 +9,7 @@
 #include <atomic>
 #include <vector>
 
+#include "conn/thread_epoll.h"
 #include "preload.h"
 #include "util/config.h"
 #include "util/fd_budget.h"
@@ -37,6 +38,7 @@ void on_fork_child() {
   note_fork_child();
   table().reset_locks_after_fork();
   stats::after_fork_child();
+  thread_epoll::after_fork_child();  // the parent's instance, not ours
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

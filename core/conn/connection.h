@@ -116,10 +116,12 @@ class Connection {
   // The doorbell a waiter sleeps on (valid while on_ring()), and the calls
   // that ask the peer to ring it: arm(events) for the poll events a waiter
   // wants returns what it armed, which disarm() takes back; rung: the
-  // doorbell was seen readable (drain it).
+  // doorbell was seen readable (drain it). disarm_edge(): the sleep took
+  // the doorbell's edge in epoll_wait (EPOLLET), nothing to drain now.
   int doorbell();
   unsigned arm(short events);
   void disarm(unsigned armed, bool rung);
+  void disarm_edge(unsigned armed);
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they

@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 
+#include "conn/thread_epoll.h"
 #include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/misc.h"
@@ -113,17 +114,30 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
     if (timeout < 0 || ms < timeout) timeout = ms;
   }
   const uint64_t asleep_ns = spin.learns() ? now_ns() : 0;
-  int r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
-  int e = errno;
-  if (r < 0 && e == EINVAL) {
-    // Fewer than two descriptors allowed (RLIMIT_NOFILE: OpenSSH's sandbox
-    // sets 1): the doorbell alone, a slice at a time, and the TCP side is
-    // looked at (without waiting) in between.
-    r = sys::wait(p, 1, timeout < 0 || timeout > kPingIntervalMs ? kPingIntervalMs : timeout);
+  // A thread that sleeps on this connection again and again keeps both
+  // registered in an epoll of its own: one call, nothing to drain.
+  thread_epoll::Sleep edge(link.edge_key(), p[0].fd, p[1].fd, tcp_events);
+  int r, e;
+  if (edge.active()) {
+    r = edge.wait(p, timeout);
     e = errno;
-    p[1].revents = tcp_events;
+  } else {
+    r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
+    e = errno;
+    if (r < 0 && e == EINVAL) {
+      // Fewer than two descriptors allowed (RLIMIT_NOFILE: OpenSSH's sandbox
+      // sets 1): the doorbell alone, a slice at a time, and the TCP side is
+      // looked at (without waiting) in between.
+      r = sys::wait(p, 1, timeout < 0 || timeout > kPingIntervalMs ? kPingIntervalMs : timeout);
+      e = errno;
+      p[1].revents = tcp_events;
+    }
   }
-  link.finish_sleep(what, r > 0 && p[0].revents != 0);
+  if (edge.active()) {
+    link.finish_edge_sleep(what);
+  } else {
+    link.finish_sleep(what, r > 0 && p[0].revents != 0);
+  }
   if (ready()) {
     spin.found();
     if (asleep_ns != 0 && r > 0 && p[0].revents != 0) spin.slept(now_ns() - asleep_ns);  // rung by the answer
@@ -314,6 +328,7 @@ unsigned Connection::arm(short events) {
   return what;
 }
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
+void Connection::disarm_edge(unsigned armed) { transport_->link().finish_edge_sleep(armed); }
 
 // Bit 62 marks "on the ring": the ring's tail and the TCP side's count of
 // EAGAINs are different counters, and the same number in both would hide

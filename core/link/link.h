@@ -62,6 +62,15 @@ class Link {
   virtual int wait_fd() const = 0;
   virtual void prepare_sleep(unsigned what) = 0;
   virtual void finish_sleep(unsigned what, bool rung) = 0;
+  // A sleeper that waited edge-triggered (EPOLLET: in the program's epoll
+  // set, or in its thread's own, conn/thread_epoll.h) is woken once per
+  // ring, so rings left queued wake nobody for nothing: a link may drain
+  // them in batches rather than after every sleep.
+  virtual void finish_edge_sleep(unsigned what) { finish_sleep(what, false); }
+  // Names this link's wait_fd() for a thread's epoll that keeps it
+  // registered between sleeps: never reused by another link. 0: wait_fd()
+  // is only ever polled.
+  virtual uint64_t edge_key() const { return 0; }
 
   // Asked now and then by a flush that waits: true once the peer is known
   // gone (its socket reset), so nothing can confirm our writes any more.

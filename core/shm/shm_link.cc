@@ -1,18 +1,47 @@
 #include "shm/shm_link.h"
 
 #include <sys/mman.h>
+#include <sys/socket.h>
 
+#include <algorithm>
+#include <atomic>
 #include <cstring>
 
 #include "sys/sys.h"
 #include "util/process.h"
 
 namespace rdmashim::shm {
+namespace {
+
+uint64_t next_key() {
+  static std::atomic<uint64_t> last{0};
+  return last.fetch_add(1, std::memory_order_relaxed) + 1;
+}
+
+// How many rings an edge-triggered sleeper may leave queued. Each is a
+// datagram charged to the peer's send buffer until we read it; were the
+// buffer full, the peer's write would fail with EAGAIN (which it takes for
+// "a wake is pending") and an edge-triggered sleeper would never wake. A one-byte datagram takes under 1 KiB of it, so
+// allowing one per 4 KiB of our own buffer (the peer's has the same
+// defaults, net.core.wmem_default: 208 KiB) keeps a wide margin; at most
+// 15, so a level-triggered sleeper that finds them drains them in one call.
+int64_t rings_left_queued(int doorbell) {
+  static const int64_t allowed = [doorbell] {
+    int sndbuf = 0;
+    socklen_t len = sizeof sndbuf;
+    if (sys::real().getsockopt(doorbell, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0) return int64_t{0};
+    return std::min<int64_t>(15, sndbuf / 4096);
+  }();
+  return allowed;
+}
+
+}  // namespace
 
 ShmLink::ShmLink(std::unique_ptr<Segment> segment, std::unique_ptr<LocalPage> local, UniqueFd doorbell, Side self)
     : segment_(std::move(segment)),
       local_(std::move(local)),
       doorbell_(std::move(doorbell)),
+      key_(next_key()),
       self_(self),
       peer_(self == kClient ? kServer : kClient),
       mine_(segment_->header()->side[self_]),
@@ -70,19 +99,59 @@ void ShmLink::prepare_sleep(unsigned what) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-void ShmLink::finish_sleep(unsigned what, bool rung) {
-  // The last sleeper out drains the doorbell: the ring it saw, and any the
-  // peer counted that are still queued. Earlier ones leave it readable so
-  // a thread still about to sleep cannot miss the wakeup it is owed.
+// The last sleeper out drains the doorbell: the ring it saw, and any the
+// peer counted that are still queued. Earlier ones leave it readable so a
+// thread still about to sleep cannot miss the wakeup it is owed.
+bool ShmLink::last_out(unsigned what) {
   uint32_t units = sleeper_units(what);
   mine_.sleepers.fetch_sub(units, std::memory_order_relaxed);
-  if (local().sleepers.fetch_sub(units, std::memory_order_relaxed) != units) return;
-  for (int i = 0; i < 8; ++i) {
-    uint64_t owed = theirs_.rings.load(std::memory_order_relaxed) - local().drained.load(std::memory_order_relaxed);
-    if (static_cast<int64_t>(owed) <= 0 && !(rung && i == 0)) break;
-    unsigned char buf[16];
-    if (sys::real().read(doorbell_.get(), buf, sizeof buf) < 0) break;  // one datagram: one ring
-    local().drained.fetch_add(1, std::memory_order_relaxed);
+  return local().sleepers.fetch_sub(units, std::memory_order_relaxed) == units;
+}
+
+void ShmLink::finish_sleep(unsigned what, bool rung) {
+  if (!last_out(what)) return;
+  int64_t owed = static_cast<int64_t>(theirs_.rings.load(std::memory_order_relaxed) -
+                                      local().drained.load(std::memory_order_relaxed));
+  drain(owed > 0 ? static_cast<uint64_t>(owed) : rung ? 1 : 0);
+}
+
+// An edge-triggered sleeper is woken by each new ring, queued ones or not:
+// it drains only once rings_left_queued() pile up.
+void ShmLink::finish_edge_sleep(unsigned what) {
+  if (!last_out(what)) return;
+  int64_t owed = static_cast<int64_t>(theirs_.rings.load(std::memory_order_relaxed) -
+                                      local().drained.load(std::memory_order_relaxed));
+  if (owed <= 0) return;
+  if (sandbox() != Sandbox::kNone || owed > rings_left_queued(doorbell_.get())) drain(static_cast<uint64_t>(owed));
+}
+
+// Reads up to `rings` datagrams, one each: recvmmsg takes a batch in one
+// call where no seccomp filter may refuse it. The count is the peer's, so
+// untrusted: reading stops at an empty queue.
+void ShmLink::drain(uint64_t rings) {
+  constexpr unsigned kMax = 16;
+  unsigned char buf[kMax][16];
+  for (int round = 0; rings > 0 && round < 4; ++round) {
+    unsigned want = rings < kMax ? static_cast<unsigned>(rings) : kMax;
+    int got = 0;
+    if (want > 1 && sandbox() == Sandbox::kNone) {
+      iovec iov[kMax];
+      mmsghdr m[kMax]{};
+      for (unsigned i = 0; i < want; ++i) {
+        iov[i] = {buf[i], sizeof buf[i]};
+        m[i].msg_hdr.msg_iov = &iov[i];
+        m[i].msg_hdr.msg_iovlen = 1;
+      }
+      got = sys::real().recvmmsg(doorbell_.get(), m, want, MSG_DONTWAIT, nullptr);
+    } else {
+      for (; static_cast<unsigned>(got) < want && got < 8; ++got) {
+        if (sys::real().read(doorbell_.get(), buf[0], sizeof buf[0]) < 0) break;  // one datagram: one ring
+      }
+    }
+    if (got <= 0) return;
+    local().drained.fetch_add(static_cast<uint64_t>(got), std::memory_order_relaxed);
+    if (static_cast<unsigned>(got) < want) return;
+    rings -= static_cast<unsigned>(got);
   }
 }
 

@@ -36,6 +36,8 @@ class ShmLink final : public Link {
   int wait_fd() const override { return doorbell_.get(); }
   void prepare_sleep(unsigned what) override;
   void finish_sleep(unsigned what, bool rung) override;
+  void finish_edge_sleep(unsigned what) override;
+  uint64_t edge_key() const override { return key_; }
   bool waits_beside_peer(int cpu) override;
 
   Segment& segment() { return *segment_; }
@@ -58,12 +60,16 @@ class ShmLink final : public Link {
  private:
   static constexpr uint64_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000, kOneSleep = uint64_t{1} << 32;
   void wake_peer(uint64_t who);
+  // The last sleeper out: true if it must drain (and does not, just now).
+  bool last_out(unsigned what);
+  void drain(uint64_t rings);
   static bool punch(unsigned char* ring, size_t len);
 
   std::unique_ptr<Segment> segment_;
   std::unique_ptr<LocalPage> local_;
   UniqueFd doorbell_;
   std::atomic<uint32_t> rung_sleep_{0};  // the peer's sleep count we last rang for
+  const uint64_t key_;                   // edge_key()
   const Side self_;
   const Side peer_;
   SideState& mine_;

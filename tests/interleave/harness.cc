@@ -97,6 +97,7 @@ std::vector<std::string> make_env(const Options& o, const Plan& p, const Side& m
                 (me.downgrade ? ",downgrade=" + std::to_string(me.downgrade) : ""));
   if (p.setup_timeout_ms) env.push_back("RDMASHIM_SETUP_TIMEOUT_MS=" + std::to_string(p.setup_timeout_ms));
   if (p.ring_size) env.push_back("RDMASHIM_RING_SIZE=" + std::to_string(p.ring_size));
+  if (me.no_spin) env.push_back("RDMASHIM_SPIN_US=0");
   return env;
 }
 

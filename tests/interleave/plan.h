@@ -85,6 +85,7 @@ struct Side {
   uint32_t close_delay_us = 0;  // all done, before close
   uint32_t stall_us = 0;        // one pause after the first bytes read (a reader that lags)
   uint32_t downgrade = 0;       // --downgrades: each data call on a ring leaves it with chance 1/n (0: never)
+  bool no_spin = false;         // RDMASHIM_SPIN_US=0: every wait sleeps on the doorbell
 };
 
 struct Plan {
@@ -196,6 +197,10 @@ inline Plan make_plan(uint64_t seed) {
     side->close_delay_us = delay(r);
   }
   if (grower) (grower == &c ? s : c).stall_us = static_cast<uint32_t>(er.range(12000, 25000));
+  // Waits that sleep at once, as on a busy machine: the doorbell's paths
+  // (poll, the thread's own epoll, epoll sets) on every wait. Own stream too.
+  Rng nr(seed ^ 0x6e6f2d7370696eull);
+  for (Side* side : {&c, &s}) side->no_spin = !side->plain && nr.chance(35);
   c.rx_total = s.tx_total;
   s.rx_total = c.tx_total;
   // Tiny splits of a long stream would only cost time: about 2,000 calls per
@@ -245,7 +250,8 @@ inline std::string describe(const Plan& p) {
              s.writes.size(), static_cast<unsigned long long>(s.rx_total), s.read_eof ? " +eof" : "",
              s.shut_wr ? " shut_wr" : " close", s.max_write, s.max_read, s.start_delay_us, s.io_delay_us,
              s.close_delay_us);
-    if (s.stall_us && n > 0 && static_cast<size_t>(n) < sizeof b) snprintf(b + n, sizeof b - n, ", stall %u us", s.stall_us);
+    if (s.stall_us && n > 0 && static_cast<size_t>(n) < sizeof b) n += snprintf(b + n, sizeof b - n, ", stall %u us", s.stall_us);
+    if (s.no_spin && n > 0 && static_cast<size_t>(n) < sizeof b) n += snprintf(b + n, sizeof b - n, ", no spin");
     return std::string(b);
   };
   char b[200];

@@ -34,10 +34,9 @@ fail() { echo "FAIL: $*"; exit 1; }
 
 case $mode in
 syscalls)
-  source "$(dirname "$0")/../../scripts/lib.sh"
-  command -v strace >/dev/null || ensure_packages strace >/dev/null 2>&1 ||
-    { echo "SKIP: strace is missing and cannot be installed"; exit 77; }
   max_extra=${MAX_EXTRA:-1.5}
+  calls=$(dirname "$0")/../support/strace_calls.sh
+  "$calls" -- true >/dev/null || exit $?  # strace there, or skipped
   # Cheap because the upgrade is skipped, not because it is off: the first
   # connections must still take shm (so this fails with RDMASHIM_TRANSPORT=tcp).
   RDMASHIM_LOG=info "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects 20 >/dev/null 2>"$work/err"
@@ -48,16 +47,14 @@ syscalls)
   # Runs of n and 6n connections: their difference leaves out what a process
   # costs once (start-up, exit, a sanitizer's runtime) and the connections
   # that upgrade before the policy kicks in.
-  calls() { awk '/^-+/ { sep++; next } sep == 2 && $NF == "total" { print $(NF-2) ~ /^[0-9]+$/ && $(NF-1) ~ /^[0-9]+$/ ? $(NF-2) : $(NF-1) }' "$1"; }
   count() {  # count tcp|shm CONNECTIONS: total system calls of both processes
     local out=$work/$1.$2
     if [ "$1" = tcp ]; then
-      strace -f -c -o "$out" "$bin/tcpPingPong" --local --connects "$2" >/dev/null
+      "$calls" -o "$out" -- "$bin/tcpPingPong" --local --connects "$2"
     else
       RDMASHIM_SHORT_CONN_MS=200 RDMASHIM_LOG=off \
-        strace -f -c -o "$out" "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects "$2" >/dev/null
+        "$calls" -o "$out" -- "$bin/rdmashim" run -- "$bin/tcpPingPong" --local --connects "$2"
     fi
-    calls "$out"
   }
   n=200 big=1200
   t1=$(count tcp $n) t2=$(count tcp $big) s1=$(count shm $n) s2=$(count shm $big)

@@ -15,6 +15,7 @@
 
 #include <gtest/gtest.h>
 
+#include "conn/thread_epoll.h"
 #include "shm/shm_link.h"
 #include "util/misc.h"
 #include "util/process.h"
@@ -185,6 +186,88 @@ bool failed_wait() {
   while (s.spinning()) s.keep_going();
   return spun;
 }
+
+// An edge-triggered sleeper (EPOLLET: woken by each new ring) leaves rings
+// queued and drains them in one batch once they pile up; a poll() sleeper,
+// woken by any queued ring, drains every one.
+TEST(Doorbell, EdgeSleepsDrainInBatches) {
+  Pair p;
+  int queued = 0;
+  uint64_t tail = 0;
+  for (int i = 0; i < 40 && (queued == 0 || readable(p.client->wait_fd())); ++i) {
+    p.client->prepare_sleep(Link::kWaitData);
+    p.server->publish_tail(tail += 64);
+    p.client->finish_edge_sleep(Link::kWaitData);
+    ++queued;
+  }
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "40 edge sleeps and their rings still queued";
+  EXPECT_GT(queued, 2) << "an edge sleeper drained as often as a poll() sleeper";
+  EXPECT_LE(queued, 16) << "more rings left queued than one batch reads";
+  for (int i = 0; i < 3; ++i) {
+    p.client->prepare_sleep(Link::kWaitData);
+    p.server->publish_tail(tail += 64);
+    p.client->finish_edge_sleep(Link::kWaitData);
+  }
+  ASSERT_TRUE(readable(p.client->wait_fd()));
+  p.client->prepare_sleep(Link::kWaitData);
+  p.client->finish_sleep(Link::kWaitData, true);
+  EXPECT_FALSE(readable(p.client->wait_fd())) << "a poll() sleeper left queued rings readable";
+}
+
+// The peer's ring count is the peer's: a lie sends a batch drain to an
+// empty queue, which stops there.
+TEST(Doorbell, EdgeDrainStopsAtAnEmptyQueue) {
+  Pair p;
+  p.header().side[shm::kServer].rings.store(uint64_t{1} << 62);
+  p.client->prepare_sleep(Link::kWaitData);
+  p.server->publish_tail(64);
+  p.client->finish_edge_sleep(Link::kWaitData);
+  EXPECT_FALSE(readable(p.client->wait_fd()));
+}
+
+// A thread's own epoll (conn/thread_epoll.h): a connection is registered at
+// the second sleep in a row on it, a sleep wakes on its doorbell's edge
+// without draining, and a connection left behind wakes nobody.
+TEST(ThreadEpoll, RegistersAtTheSecondSleepAndSleepsThroughOthers) {
+  std::thread([] {
+    int a[2], b[2], tcp[2];
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, a), 0);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0, b), 0);
+    ASSERT_EQ(socketpair(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK, 0, tcp), 0);
+    unsigned char one = 1;
+    {
+      thread_epoll::Sleep first(1, a[0], tcp[0], POLLIN);
+      EXPECT_FALSE(first.active()) << "registered at the first sleep";
+    }
+    {
+      thread_epoll::Sleep again(1, a[0], tcp[0], POLLIN);
+      ASSERT_TRUE(again.active());
+      thread_epoll::Sleep nested(1, a[0], tcp[0], POLLIN);
+      EXPECT_FALSE(nested.active()) << "a signal handler's sleep changed the registration under ours";
+      ASSERT_EQ(write(a[1], &one, 1), 1);
+      pollfd p[2] = {{a[0], POLLIN, 0}, {tcp[0], POLLIN, 0}};
+      EXPECT_EQ(again.wait(p, 1000), 1);
+      EXPECT_EQ(p[0].revents, POLLIN);
+      EXPECT_EQ(p[1].revents, 0);
+      // The ring stays queued (nobody drained): no new edge, no wakeup.
+      EXPECT_EQ(again.wait(p, 20), 0);
+      ASSERT_EQ(write(tcp[1], &one, 1), 1);
+      EXPECT_EQ(again.wait(p, 1000), 1);
+      EXPECT_EQ(p[1].revents, POLLIN);
+      ASSERT_EQ(read(tcp[0], &one, 1), 1);  // else it wakes the next registration at once
+    }
+    for (int i = 0; i < 2; ++i) thread_epoll::Sleep(2, b[0], tcp[0], POLLIN);
+    {
+      thread_epoll::Sleep other(2, b[0], tcp[0], POLLIN);
+      ASSERT_TRUE(other.active());
+      ASSERT_EQ(write(a[1], &one, 1), 1);  // the first connection's doorbell
+      pollfd p[2] = {{b[0], POLLIN, 0}, {tcp[0], POLLIN, 0}};
+      EXPECT_EQ(other.wait(p, 20), 0) << "woken by a connection no longer registered";
+    }
+    for (int fd : {a[0], a[1], b[0], b[1], tcp[0], tcp[1]}) close(fd);
+  }).join();
+}
+
 
 TEST(Spin, FreshThreadSpinsAndBacksOffExponentially) {
   std::thread([] {
