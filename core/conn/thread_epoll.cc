@@ -2,6 +2,7 @@
 
 #include <sys/epoll.h>
 
+#include <atomic>
 #include <cerrno>
 
 #include "sys/sys.h"
@@ -17,8 +18,15 @@ namespace {
 // is told apart and slept through.
 constexpr uint64_t kDoorbell = 0, kTcp = 1;
 
+// Where the hard limit leaves no room above the soft one, a thread's epoll
+// goes into the top of the program's range, where connections keep their
+// doorbells (fd_budget.h): at most this many there, process-wide.
+constexpr int kMaxInRange = 4;
+std::atomic<int> g_in_range{0};
+
 struct State {
   int ep = -1;           // ours (fd_budget.h) while is_ours(ep)
+  bool in_range = false;  // counted in g_in_range
   bool refused = false;  // no room for it, or no registration: this thread polls for good
   bool busy = false;     // a Sleep is live: a signal handler's own sleep polls
   uint64_t last_key = 0;  // the connection of the last sleep, registered or not
@@ -32,14 +40,15 @@ struct State {
   bool valid() const { return ep >= 0 && fds::is_ours(ep); }
   void drop() {
     if (valid()) fds::close(ep);
+    if (in_range) g_in_range.fetch_sub(1, std::memory_order_relaxed);
+    in_range = false;
     ep = -1;
     key = 0;
   }
-  void forget() {  // after fork: the descriptor stays ours, the instance is not
-    if (valid()) fds::close(ep);
-    ep = -1;
-    key = 0;
+  void forget() {  // after fork: the instance is the parent's too
+    drop();
     last_key = 0;
+    g_in_range.store(0, std::memory_order_relaxed);  // the parent's other threads are not here
   }
 };
 thread_local State t;
@@ -51,17 +60,35 @@ bool add(int ep, int fd, uint32_t events, uint64_t data) {
   return sys::real().epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
+// A new epoll instance, one of ours: above the soft limit, else (at most
+// kMaxInRange of them) in the program's range beside the doorbells.
+UniqueFd open_instance(bool* in_range) {
+  UniqueFd fd(sys::real().epoll_create1(EPOLL_CLOEXEC));
+  if (fd && fds::keep_above(fd)) return fd;
+  if (g_in_range.fetch_add(1, std::memory_order_relaxed) < kMaxInRange) {
+    fd.reset(sys::real().epoll_create1(EPOLL_CLOEXEC));
+    if (fd && fds::keep(fd)) {
+      *in_range = true;
+      return fd;
+    }
+  }
+  g_in_range.fetch_sub(1, std::memory_order_relaxed);
+  return UniqueFd();
+}
+
 // Registers key's doorbell and TCP side in place of what was there.
 bool register_pair(uint64_t key, int doorbell, int tcp, uint32_t tcp_events) {
   if (!t.valid()) {
     t.ep = -1;
     t.key = 0;
-    UniqueFd fd(sys::real().epoll_create1(EPOLL_CLOEXEC));
-    if (!fd || !fds::keep(fd)) {
+    bool in_range = false;
+    UniqueFd fd = open_instance(&in_range);
+    if (!fd) {
       t.refused = true;
       return false;
     }
     t.ep = fd.release();
+    t.in_range = in_range;
   } else if (t.key != 0) {
     // Fails harmlessly where a number was closed or reused: its edges then
     // carry the old key and are slept through.

@@ -17,7 +17,10 @@
 //  - a forked child drops its copy (after_fork_child): the instance would be
 //    its parent's too, and an edge one of them takes the other never sees;
 //  - the descriptor is one of ours (fd_budget.h), close-on-exec, closed when
-//    the thread exits; where there is no room for it the thread polls.
+//    the thread exits, above the soft limit; where the hard limit leaves no
+//    room there, in the top of the program's range for at most 4 threads of
+//    the process (more would take room a connection's doorbell needs), and
+//    the others poll.
 // A vfork child must not sleep in our hooks (it runs only until exec).
 #pragma once
 

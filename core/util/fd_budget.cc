@@ -120,6 +120,22 @@ bool keep(int* fds, int n, int later) {
   return ok;
 }
 
+bool keep_above(UniqueFd& fd) {
+  int saved = errno;
+  int v = fd.release();
+  bool ok = v >= 0;
+  {
+    std::lock_guard<std::mutex> lock(g_mu);
+    rlimit lim{};
+    ok = ok && getrlimit(RLIMIT_NOFILE, &lim) == 0 && move_above(&v, 1, lim, 0);
+  }
+  if (!ok) close_all(&v, 1);
+  if (ok) mark(v);
+  fd.reset(v);
+  errno = saved;
+  return ok;
+}
+
 void hold_for_fork() { g_mu.lock(); }
 void release_after_fork() { g_mu.unlock(); }
 

@@ -37,6 +37,11 @@ inline bool keep(UniqueFd& fd, int later = 0) {
   return ok;
 }
 
+// Like keep(), but only above the soft limit: for a descriptor that saves
+// system calls and is not needed (a thread's own epoll), which in the
+// program's range would take room a connection may need.
+bool keep_above(UniqueFd& fd);
+
 // Descriptors a handshake in progress will ask keep() for later (the
 // client's segment, after its Hello): counted against the room every other
 // keep() must leave, from construction until reset() or destruction.
