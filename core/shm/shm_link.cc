@@ -99,30 +99,38 @@ void ShmLink::prepare_sleep(unsigned what) {
   std::atomic_thread_fence(std::memory_order_seq_cst);
 }
 
-// The last sleeper out drains the doorbell: the ring it saw, and any the
-// peer counted that are still queued. Earlier ones leave it readable so a
-// thread still about to sleep cannot miss the wakeup it is owed.
 bool ShmLink::last_out(unsigned what) {
   uint32_t units = sleeper_units(what);
   mine_.sleepers.fetch_sub(units, std::memory_order_relaxed);
   return local().sleepers.fetch_sub(units, std::memory_order_relaxed) == units;
 }
 
-void ShmLink::finish_sleep(unsigned what, bool rung) {
-  if (!last_out(what)) return;
-  int64_t owed = static_cast<int64_t>(theirs_.rings.load(std::memory_order_relaxed) -
-                                      local().drained.load(std::memory_order_relaxed));
-  drain(owed > 0 ? static_cast<uint64_t>(owed) : rung ? 1 : 0);
-}
+void ShmLink::finish_sleep(unsigned what, bool rung) { settle(last_out(what), rung, false); }
+void ShmLink::finish_edge_sleep(unsigned what) { settle(last_out(what), false, true); }
 
-// An edge-triggered sleeper is woken by each new ring, queued ones or not:
-// it drains only once rings_left_queued() pile up.
-void ShmLink::finish_edge_sleep(unsigned what) {
-  if (!last_out(what)) return;
+// Who drains the doorbell. Its queue is what wakes a poll() sleeper, and an
+// edge-triggered one's epoll_wait reports an edge only if the doorbell is
+// still readable when it collects it; a full queue (the peer's send buffer)
+// would turn the peer's next ring into EAGAIN, and we would never wake.
+//  - The last sleeper out reads the ring it saw and every one the peer
+//    counted; one that slept edge-triggered (woken by each new ring, queued
+//    ones or not) lets up to rings_left_queued() pile up first.
+//  - A sleeper that leaves others asleep reads nothing while few are
+//    queued: what they are owed must stay readable. Past that it reads all
+//    but the newest, so that a thread asleep all through a long transfer
+//    (a reader waiting for the next request while its writer thread sleeps
+//    for credit again and again) does not let the other's rings fill it.
+void ShmLink::settle(bool last, bool rung, bool edge) {
+  const bool sandboxed = sandbox() != Sandbox::kNone;
   int64_t owed = static_cast<int64_t>(theirs_.rings.load(std::memory_order_relaxed) -
                                       local().drained.load(std::memory_order_relaxed));
-  if (owed <= 0) return;
-  if (sandbox() != Sandbox::kNone || owed > rings_left_queued(doorbell_.get())) drain(static_cast<uint64_t>(owed));
+  if (last && (!edge || sandboxed)) {
+    drain(owed > 0 ? static_cast<uint64_t>(owed) : rung ? 1 : 0);
+    return;
+  }
+  // Under a seccomp filter without asking the kernel (getsockopt may be refused).
+  int64_t allowed = sandboxed ? 8 : rings_left_queued(doorbell_.get());
+  if (owed > allowed) drain(static_cast<uint64_t>(last ? owed : owed - 1));
 }
 
 // Reads up to `rings` datagrams, one each: recvmmsg takes a batch in one

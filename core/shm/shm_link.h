@@ -60,8 +60,9 @@ class ShmLink final : public Link {
  private:
   static constexpr uint64_t kDataSleepers = 0xffff, kSpaceSleepers = 0xffff0000, kOneSleep = uint64_t{1} << 32;
   void wake_peer(uint64_t who);
-  // The last sleeper out: true if it must drain (and does not, just now).
+  // Ends one thread's sleep: true if no other thread of ours sleeps now.
   bool last_out(unsigned what);
+  void settle(bool last, bool rung, bool edge);
   void drain(uint64_t rings);
   static bool punch(unsigned char* ring, size_t len);
 

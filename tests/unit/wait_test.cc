@@ -214,6 +214,29 @@ TEST(Doorbell, EdgeSleepsDrainInBatches) {
   EXPECT_FALSE(readable(p.client->wait_fd())) << "a poll() sleeper left queued rings readable";
 }
 
+// A thread asleep all through a long transfer (a reader waiting for the
+// next request) while another sleeps for credit again and again: the rings
+// for the second must not fill the queue (the peer's send buffer), and
+// what the first may be owed stays readable.
+TEST(Doorbell, AnotherSleeperDoesNotLetTheQueueFill) {
+  Pair p;
+  p.client->prepare_sleep(Link::kWaitData);  // asleep throughout
+  uint64_t head = 0;
+  for (int i = 0; i < 200; ++i) {
+    p.client->prepare_sleep(Link::kWaitSpace);
+    p.server->publish_head(head += 64);
+    if (i % 2) {
+      p.client->finish_edge_sleep(Link::kWaitSpace);
+    } else {
+      p.client->finish_sleep(Link::kWaitSpace, true);
+    }
+    uint64_t queued = p.header().side[shm::kServer].rings.load() - p.client->local().drained.load();
+    ASSERT_LE(queued, 16u) << "after " << i + 1 << " sleeps";
+    ASSERT_TRUE(readable(p.client->wait_fd())) << "drained what a sleeper may be owed";
+  }
+  p.client->finish_edge_sleep(Link::kWaitData);
+}
+
 // The peer's ring count is the peer's: a lie sends a batch drain to an
 // empty queue, which stops there.
 TEST(Doorbell, EdgeDrainStopsAtAnEmptyQueue) {
