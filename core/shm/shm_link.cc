@@ -18,19 +18,23 @@ uint64_t next_key() {
   return last.fetch_add(1, std::memory_order_relaxed) + 1;
 }
 
+// Rings one drain reads at most (one recvmmsg).
+constexpr unsigned kDrainBatch = 32;
+
 // How many rings an edge-triggered sleeper may leave queued. Each is a
 // datagram charged to the peer's send buffer until we read it; were the
 // buffer full, the peer's write would fail with EAGAIN (which it takes for
-// "a wake is pending") and an edge-triggered sleeper would never wake. A one-byte datagram takes under 1 KiB of it, so
-// allowing one per 4 KiB of our own buffer (the peer's has the same
-// defaults, net.core.wmem_default: 208 KiB) keeps a wide margin; at most
-// 15, so a level-triggered sleeper that finds them drains them in one call.
+// "a wake is pending") and an edge-triggered sleeper would never wake. A
+// one-byte datagram takes 768 bytes of it (278 fill the default 208 KiB,
+// net.core.wmem_default), so one per 3 KiB of our own buffer (the peer's
+// has the same defaults) keeps a margin of four; at most one batch, so a
+// poll() sleeper that finds them drains them in one call.
 int64_t rings_left_queued(int doorbell) {
   static const int64_t allowed = [doorbell] {
     int sndbuf = 0;
     socklen_t len = sizeof sndbuf;
     if (sys::real().getsockopt(doorbell, SOL_SOCKET, SO_SNDBUF, &sndbuf, &len) != 0) return int64_t{0};
-    return std::min<int64_t>(15, sndbuf / 4096);
+    return std::min<int64_t>(kDrainBatch - 1, sndbuf / 3072);
   }();
   return allowed;
 }
@@ -137,23 +141,21 @@ void ShmLink::settle(bool last, bool rung, bool edge) {
 // call where no seccomp filter may refuse it. The count is the peer's, so
 // untrusted: reading stops at an empty queue.
 void ShmLink::drain(uint64_t rings) {
-  constexpr unsigned kMax = 16;
-  unsigned char buf[kMax][16];
+  unsigned char byte;  // a ring is one byte; all of them land here
   for (int round = 0; rings > 0 && round < 4; ++round) {
-    unsigned want = rings < kMax ? static_cast<unsigned>(rings) : kMax;
+    unsigned want = rings < kDrainBatch ? static_cast<unsigned>(rings) : kDrainBatch;
     int got = 0;
     if (want > 1 && sandbox() == Sandbox::kNone) {
-      iovec iov[kMax];
-      mmsghdr m[kMax]{};
+      iovec iov{&byte, 1};
+      mmsghdr m[kDrainBatch]{};
       for (unsigned i = 0; i < want; ++i) {
-        iov[i] = {buf[i], sizeof buf[i]};
-        m[i].msg_hdr.msg_iov = &iov[i];
+        m[i].msg_hdr.msg_iov = &iov;
         m[i].msg_hdr.msg_iovlen = 1;
       }
       got = sys::real().recvmmsg(doorbell_.get(), m, want, MSG_DONTWAIT, nullptr);
     } else {
       for (; static_cast<unsigned>(got) < want && got < 8; ++got) {
-        if (sys::real().read(doorbell_.get(), buf[0], sizeof buf[0]) < 0) break;  // one datagram: one ring
+        if (sys::real().read(doorbell_.get(), &byte, 1) < 0) break;  // one datagram: one ring
       }
     }
     if (got <= 0) return;

@@ -15,7 +15,7 @@
 #   poll    the same with poll(): the doorbell is polled level-triggered
 #           and drained, as TCP's recv after poll.
 # Allowed: TCP's count + 0.15 (queued rings are drained in batches of up to
-# 15 rings, about 0.07 per message).
+# 32 rings, about 0.03 per message).
 # With RDMASHIM_TRANSPORT=tcp the counts would be TCP's own, so the test
 # first checks (info line) that the connection took shared memory.
 #
