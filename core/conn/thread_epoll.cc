@@ -5,6 +5,7 @@
 #include <atomic>
 #include <cerrno>
 
+#include "sys/calls.h"
 #include "sys/sys.h"
 #include "util/fd_budget.h"
 #include "util/misc.h"
@@ -146,6 +147,15 @@ int Sleep::wait(pollfd (&p)[2], int timeout_ms) {
   for (;;) {
     epoll_event ev[4];
     int n = sys::real().epoll_wait(epfd_, ev, 4, timeout_ms);
+    if (n < 0 && errno != EINTR) {
+      // Never expected (the instance is ours): never the program's error.
+      // This thread polls from now on, this sleep too (active() turns false).
+      t.drop();
+      t.refused = true;
+      t.busy = false;
+      epfd_ = -1;
+      return sys::wait(p, 2, timeout_ms);
+    }
     if (n <= 0) return n;
     int count = 0;
     for (int i = 0; i < n; ++i) {

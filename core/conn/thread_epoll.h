@@ -41,7 +41,8 @@ class Sleep {
 
   bool active() const { return epfd_ >= 0; }
   // As poll() on {doorbell POLLIN, tcp tcp_events}, filling p[0..1].revents:
-  // the number with events, 0 at the timeout, -1 with errno.
+  // the number with events, 0 at the timeout, -1 with errno (EINTR). Should
+  // epoll_wait fail otherwise, it polls instead, and active() turns false.
   int wait(pollfd (&p)[2], int timeout_ms);
 
  private:
