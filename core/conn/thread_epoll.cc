@@ -80,8 +80,7 @@ UniqueFd open_instance(bool* in_range) {
 // Registers key's doorbell and TCP side in place of what was there.
 bool register_pair(uint64_t key, int doorbell, int tcp, uint32_t tcp_events) {
   if (!t.valid()) {
-    t.ep = -1;
-    t.key = 0;
+    t.drop();  // a number the program took over: forgotten, and its slot in range freed
     bool in_range = false;
     UniqueFd fd = open_instance(&in_range);
     if (!fd) {
