@@ -145,13 +145,14 @@ void prepare_accept(int listener) {
   errno = saved;
 }
 
-// After accept: an accepted socket of a listener under rdmashim.
-int track_accepted(int listener, int fd) {
+// After accept: an accepted socket of a listener under rdmashim. `blocking`:
+// accepted without O_NONBLOCK (Connection::make_server).
+int track_accepted(int listener, int fd, bool blocking) {
   if (fd < 0 || config().disabled) return fd;  // RDMASHIM_DISABLE: untouched, not even advertised
   int saved = errno;
   Ref l = table().get(listener);
   if (l && l->kind.load() == Entry::Kind::kListener) {
-    std::unique_ptr<Connection> conn = Connection::make_server(fd, l->syns_kept.load(std::memory_order_relaxed));
+    std::unique_ptr<Connection> conn = Connection::make_server(fd, l->syns_kept.load(std::memory_order_relaxed), blocking);
     auto* e = conn ? new (std::nothrow) Entry(Entry::Kind::kStream) : nullptr;
     if (e) {
       e->conn = std::move(conn);
@@ -442,12 +443,12 @@ int listen(int fd, int backlog) {
 
 int accept(int fd, sockaddr* addr, socklen_t* len) {
   prepare_accept(fd);
-  return track_accepted(fd, real().accept(fd, addr, len));
+  return track_accepted(fd, real().accept(fd, addr, len), true);
 }
 
 int accept4(int fd, sockaddr* addr, socklen_t* len, int flags) {
   prepare_accept(fd);
-  return track_accepted(fd, real().accept4(fd, addr, len, flags));
+  return track_accepted(fd, real().accept4(fd, addr, len, flags), !(flags & SOCK_NONBLOCK));
 }
 
 int close(int fd) {

@@ -70,9 +70,12 @@ Connection::~Connection() {
   if (transport_) transport_->remove_user();
 }
 
-std::unique_ptr<Connection> Connection::make_server(int fd, bool syn_kept) {
+std::unique_ptr<Connection> Connection::make_server(int fd, bool syn_kept, bool blocking) {
   std::unique_ptr<Connection> c(new (std::nothrow) Connection(fd, Role::kServer));
-  if (c) c->syn_kept_ = syn_kept;
+  if (c) {
+    c->syn_kept_ = syn_kept;
+    c->blocks_.store(blocking, std::memory_order_relaxed);
+  }
   return c;
 }
 
@@ -331,6 +334,7 @@ void Connection::options_shared_changed() {
 
 void Connection::file_flags_changed(int nonblock) {
   nonblock_.store(nonblock, std::memory_order_relaxed);
+  blocks_.store(nonblock == 0, std::memory_order_relaxed);
   options_shared_changed();
 }
 

@@ -66,7 +66,9 @@ class Connection {
                                                  const uint8_t* nonce = nullptr);
   // A freshly accepted socket of a listener under rdmashim. `syn_kept`: the
   // listener keeps SYNs for us (discovery/syn_mark.h), this one's included.
-  static std::unique_ptr<Connection> make_server(int fd, bool syn_kept = false);
+  // `blocking`: accepted without O_NONBLOCK (accept, or accept4 without
+  // SOCK_NONBLOCK), so the first read may read before it looks (read_first).
+  static std::unique_ptr<Connection> make_server(int fd, bool syn_kept = false, bool blocking = false);
   ~Connection();
 
   Connection(const Connection&) = delete;
@@ -327,10 +329,18 @@ class Connection {
     }
   }
   int detect_hello(int flags, bool may_wait);
+  // The server's first read straight into the program's buffer (handshake_read.cc).
+  const iovec* read_first_into(const iovec* iov, int iovcnt, int flags) const;
+  bool read_first(const iovec& into, int flags, ssize_t* result);
+  size_t complete_hello(const iovec& into, size_t* have, unsigned char (&msg)[wire::kMaxHandshakeMessage]);
+  ssize_t unframe(unsigned char* buf, size_t pos, size_t end);
+  void client_is_plain();                              // both locks held
+  void take_hello(const unsigned char* msg, size_t len);  // both locks held
   void discard_unread_handshake();
   int await_ack(int flags, bool may_wait);
   int read_frame_bytes(int flags);
   int read_frame(int flags);
+  int take_frame();  // acts on the frame in rx_hdr_ and rx_ctl_
   bool poll_control();
   // The send lock for a receive-side handler, unless this thread has it.
   std::unique_lock<std::mutex> lock_tx_for_handler();
@@ -447,6 +457,10 @@ class Connection {
   uint32_t server_uid_ = 0;  // the client's: owner of the server's end (sock_diag)
   discovery::Announcement announce_;  // the client's announcement, until settled
   bool syn_kept_ = false;   // server: the client's SYN is ours to read, once (both locks)
+  // Server: the socket blocks, as accepted and as set through our hooks since
+  // (another process sharing it may have changed that: read_first asks the
+  // kernel before it relies on it).
+  std::atomic<bool> blocks_{false};
   std::unique_ptr<verbs::VerbsTransport> verbs_;  // the client's offered QP, until the Ack
 
   // Framing. A header can arrive, or leave, in pieces.

@@ -11,8 +11,9 @@ namespace rdmashim::conn_internal {
 // non-blocking socket: used only for rdmashim's own small messages.
 int send_all(int fd, const void* buf, size_t len);
 
-// The bytes of an Ack (and the Params frame it may carry) starting at m,
-// whose first 64 bytes are there.
+// The bytes of an Ack or a Hello (and the Params frame it may carry)
+// starting at m, whose first 64 bytes are there.
 size_t ack_extent(const unsigned char* m);
+size_t hello_extent(const unsigned char* m);
 
 }  // namespace rdmashim::conn_internal

@@ -68,6 +68,11 @@ ssize_t Connection::recv_some(const iovec* iov, int iovcnt, int flags) {
       case Rx::kRaw:
         return tcp_recv(iov, iovcnt, flags);
       case Rx::kDetectHello:
+        if (const iovec* into = read_first_into(iov, iovcnt, flags)) {
+          ssize_t got = 0;
+          if (read_first(*into, flags, &got)) return got;
+          continue;  // a Hello, and nothing for the program yet
+        }
         r = detect_hello(flags, true);
         break;
       case Rx::kAwaitAck:
@@ -120,6 +125,12 @@ int Connection::read_frame(int flags) {
   int r = read_frame_bytes(flags);
   if (r == -EPROTO) return broken("malformed frame header");
   if (r <= 0) return r;
+  return take_frame();
+}
+
+// The frame whose header and control payload are in rx_hdr_ and rx_ctl_:
+// 1 after acting on it, <0 -errno.
+int Connection::take_frame() {
   wire::FrameHeader h = rx_hdr_;
   rx_hdr_have_ = 0;
   rx_ctl_have_ = 0;

@@ -168,12 +168,8 @@ std::unique_ptr<Connection> Connection::make_client(int fd, discovery::Announcem
 // Handshake
 
 namespace {
-size_t hello_extent(const unsigned char* m) {
-  wire::Hello h;
-  memcpy(&h, m, sizeof h);
-  return sizeof h + ((h.transports & wire::kTransportVerbs) ? sizeof(wire::ParamsFrame) : 0);
-}
 using conn_internal::ack_extent;
+using conn_internal::hello_extent;
 // The Params after a Hello or Ack, if the message has a valid one.
 bool params_of(const unsigned char* msg, size_t len, verbs::Params* out) {
   if (len != 64 + sizeof(wire::ParamsFrame)) return false;
@@ -216,22 +212,32 @@ int Connection::detect_hello(int flags, bool may_wait) {
   auto tx = lock_tx_for_handler();
   in_setup_.store(false, std::memory_order_relaxed);
   end_hold();  // a held first write goes on (onto the ring, or raw)
-  if (r == 0) {  // a plain client: everything stays as it is
-    rx_ = Rx::kRaw;
-    if (tx_ == Tx::kUndecided) tx_ = Tx::kRaw;
-    settle(stats::Outcome::kTcpPeerPlain);
-    update_passthrough();
+  if (r == 0) {
+    client_is_plain();
     return 0;
   }
   ssize_t n = sys::real().recv(fd_, msg, len, MSG_DONTWAIT);  // consume; it is all there
   if (n != static_cast<ssize_t>(len)) return n < 0 ? -errno : -EIO;
+  take_hello(msg, len);
+  return 0;
+}
+
+// Both locks held. A plain client: everything stays as it is.
+void Connection::client_is_plain() {
+  rx_ = Rx::kRaw;
+  if (tx_ == Tx::kUndecided) tx_ = Tx::kRaw;
+  settle(stats::Outcome::kTcpPeerPlain);
+  update_passthrough();
+}
+
+// Both locks held. A whole Hello (and its Params), taken off the stream.
+void Connection::take_hello(const unsigned char* msg, size_t len) {
   wire::Hello hello;
   memcpy(&hello, msg, sizeof hello);
   discovery::remote_hello_arrived(hello.nonce);  // its announcement, if any, is done
   verbs::Params params{};
   bool has_params = params_of(msg, len, &params);
   handle_hello(hello, has_params ? &params : nullptr);
-  return 0;
 }
 
 // Both locks held; our application is about to write first. A client under
