@@ -44,6 +44,12 @@ struct EpollReg {
   uint32_t slot = 0;         // 0: none, the set's shared tag (looked at every time)
   bool kernel_hot = true;    // an edge came since a look found the TCP side quiet (or new)
   bool unseen_edge = false;  // and no look since: the set must look before it sleeps
+  // What the kernel's epoll_wait said of our tag: the socket's readiness
+  // then, in the look it numbers (EpollSet::look). The scan of that same look
+  // takes it for the answer a poll would give (one call less per wakeup).
+  uint32_t harvested = 0;
+  uint64_t harvest_look = 0;
+  uint64_t plain_since = 0;  // the wait (EpollSet::waits) that first found it settled plain; 0: not yet
   // Edge-trigger state: what we saw at the last check.
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;
@@ -76,6 +82,8 @@ struct EpollSet {
   std::vector<NativeReg> natives;
   int rotate = 0;          // fairness among our registrations when more are ready than fit
   bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
+  uint64_t look = 1;       // numbers the looks; a harvest counts only in its own (EpollReg::harvested)
+  uint64_t waits = 1;      // numbers the program's waits on the set
   // scan_virtual's buffers, kept so that a look (one per wakeup of an event
   // loop) allocates nothing.
   std::vector<pollfd> scan_all, scan_asked;

@@ -323,6 +323,8 @@ int keep_user_events(EpollSet& set, epoll_event* ev, int n) {
       ev[out++] = ev[i];
     } else if (EpollReg* r = set.by_tag(ev[i].data.u64)) {
       r->kernel_hot = r->unseen_edge = true;
+      r->harvested = ev[i].events;
+      r->harvest_look = set.look;
     }
   }
   return out;
@@ -349,7 +351,15 @@ void tidy(EpollSet& set, int epfd) {
     }
     // A connection that settled on plain TCP goes back to the kernel with the
     // application's own mask and data: nothing of ours left in its path.
+    // Level-triggered, not in the wait that first finds it so: a short
+    // connection is closed by the next one (or deleted first, as libevent,
+    // libuv and Python do), and the kernel then forgets it without a call; a
+    // long one pays the same one call, a wait later. (Edge-triggered, at
+    // once: its edges count bytes read through us, and a plain stream's
+    // bytes are read past us.)
     if (!r.inner() && r.entry->conn->passthrough() && !r.disabled) {
+      if (r.plain_since == 0) r.plain_since = set.waits;
+      if (r.plain_since == set.waits && !(r.events & EPOLLET)) return false;
       epoll_event k{r.events, r.data};
       return real().epoll_ctl(epfd, EPOLL_CTL_MOD, r.fd, &k) == 0;
     }
@@ -390,11 +400,21 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
     EpollReg& r = *set.regs[i];
     short want = static_cast<short>(r.events & kPollBits);
     k[i] = {r.fd, r.inner() ? want : r.entry->conn->kernel_interest(want), 0};
-    if (!r.lingering && !tcp_side_quiet(r, k[i].events)) {
-      asked.push_back(k[i]);
-      of.push_back(i);
+    if (r.lingering || tcp_side_quiet(r, k[i].events)) continue;
+    // The kernel's epoll_wait of this look named it: its answer is what a
+    // poll would say now (epoll reports the readiness it finds at the time),
+    // if our registration asks for all the poll would.
+    auto asks = static_cast<uint16_t>(k[i].events) & ~static_cast<uint32_t>(POLLERR | POLLHUP);
+    if (r.slot != 0 && r.harvest_look == set.look && !r.inner() && (asks & ~r.kernel_events) == 0) {
+      k[i].revents = static_cast<short>(r.harvested & (asks | POLLERR | POLLHUP));
+      r.unseen_edge = false;
+      if (k[i].events == POLLIN && k[i].revents == 0) r.kernel_hot = false;
+      continue;
     }
+    asked.push_back(k[i]);
+    of.push_back(i);
   }
+  ++set.look;  // the harvests were this look's
   if (!asked.empty()) real().poll(asked.data(), asked.size(), 0);
   for (size_t j = 0; j < asked.size(); ++j) {
     EpollReg& r = *set.regs[of[j]];
@@ -450,6 +470,7 @@ bool nothing_ready_on_rings(EpollSet& set) {
 // per wakeup of an event loop.
 int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool will_sleep) {
   std::lock_guard<std::mutex> lock(set.mu);
+  ++set.look;  // what an earlier look harvested and never scanned is old news
   tidy(set, epfd);
   if (will_sleep && nothing_ready_on_rings(set)) return 0;
   int have = 0;
@@ -499,6 +520,10 @@ bool any_peek(EpollSet& set) {
 int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask) {
   std::vector<pollfd> watch;
   std::vector<int> quiet;
+  {
+    std::lock_guard<std::mutex> lock(set.mu);
+    ++set.waits;
+  }
   // The first look of a wait that goes to sleep at once (no spin) leaves the
   // kernel's list to the sleep. Later turns look at it: a sleep that also
   // watched connecting clients (a poll) reported the set only as readable.
@@ -562,6 +587,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
       return -1;  // EINTR: epoll_wait is never restarted
     }
     std::lock_guard<std::mutex> lock(set.mu);
+    ++set.look;
     tidy(set, epfd);
     have = scan_virtual(set, ev, keep_user_events(set, ev, n), max);
     if (have > 0 && spin) spin->found();

@@ -267,6 +267,9 @@ short Connection::consume_setup_bytes(short kernel) {
     int r;
     if (rx_ == Rx::kDetectHello) {
       r = detect_hello(MSG_DONTWAIT, false);
+      // A plain client: its bytes (or its end) were only peeked at, and the
+      // kernel's word on them stands; asking again would cost a call.
+      if (r == 0 && rx_ == Rx::kRaw) break;
     } else if (rx_ == Rx::kAwaitAck) {
       r = await_ack(MSG_DONTWAIT, false);
     } else if (rx_ == Rx::kFramed && rx_frame_left_ == 0) {
