@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <limits.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -19,6 +20,21 @@ namespace {
 // because the path is only ever replaced before the first line is logged.
 char g_file[PATH_MAX];
 std::atomic<bool> g_to_file{false};
+
+// The pid every line starts with, asked once per process: glibc no longer
+// caches getpid(), and a call per line doubled what an info line per
+// connection costs. A forked child asks again.
+std::atomic<int> g_pid{0};
+int line_pid() {
+  int pid = g_pid.load(std::memory_order_relaxed);
+  if (pid == 0) {
+    static pthread_once_t once = PTHREAD_ONCE_INIT;
+    pthread_once(&once, [] { pthread_atfork(nullptr, nullptr, [] { g_pid.store(0, std::memory_order_relaxed); }); });
+    pid = static_cast<int>(getpid());
+    g_pid.store(pid, std::memory_order_relaxed);
+  }
+  return pid;
+}
 
 }  // namespace
 
@@ -56,7 +72,7 @@ void write(int level, RateLimit* limit, const char* fmt, ...) {
   }
   static const char* const kNames[] = {"", "warn", "info", "debug"};
   char line[512];
-  int n = snprintf(line, sizeof line, "rdmashim[%d] %s: ", static_cast<int>(getpid()),
+  int n = snprintf(line, sizeof line, "rdmashim[%d] %s: ", line_pid(),
                    kNames[level & 3]);
   va_list ap;
   va_start(ap, fmt);

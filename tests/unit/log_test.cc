@@ -1,6 +1,8 @@
 // The logger: arguments untouched when the level is off, warnings limited per
-// call site with a count of what was dropped, RDMASHIM_LOG_FILE.
+// call site with a count of what was dropped, RDMASHIM_LOG_FILE, the pid
+// of each line's process.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -100,6 +102,23 @@ TEST_F(LogFile, ErrnoIsPreserved) {
   errno = EAGAIN;
   RDMASHIM_WARN("keeps errno");
   EXPECT_EQ(errno, EAGAIN);
+}
+
+// Each line names its process: the pid is asked once, and again in a forked child.
+TEST_F(LogFile, LinesNameTheirProcessAlsoAfterFork) {
+  set_level(kInfo);
+  RDMASHIM_INFO("parent");
+  pid_t child = fork();
+  ASSERT_GE(child, 0);
+  if (child == 0) {
+    RDMASHIM_INFO("child");
+    _exit(0);
+  }
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  std::string text = read_all(path_);
+  EXPECT_NE(text.find("rdmashim[" + std::to_string(getpid()) + "] info: parent"), std::string::npos) << text;
+  EXPECT_NE(text.find("rdmashim[" + std::to_string(child) + "] info: child"), std::string::npos) << text;
 }
 
 }  // namespace
