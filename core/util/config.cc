@@ -41,6 +41,7 @@ void load() {
     else if (!strcmp(t, "debug") || !strcmp(t, "3")) c.log_level = 3;
   }
   log::set_level(c.log_level);
+  log::prime_pid();
   log::set_file(getenv("RDMASHIM_LOG_FILE"));
 
   if (const char* t = getenv("RDMASHIM_TRANSPORT"); t && *t && !parse_transport(t, &c.transport)) {

@@ -22,6 +22,9 @@ enum Level : int { kOff = 0, kWarn = 1, kInfo = 2, kDebug = 3 };
 inline std::atomic<int> g_level{kWarn};
 
 inline void set_level(int level) { g_level.store(level, std::memory_order_relaxed); }
+// Asks the pid the lines start with now, at start-up, not in a first line
+// (a signal handler's, or a vfork child's sharing our memory).
+void prime_pid();
 inline bool enabled(int level) { return g_level.load(std::memory_order_relaxed) >= level; }
 
 // Lines go to stderr unless a file is set (appended to, opened per line so the
