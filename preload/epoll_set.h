@@ -50,6 +50,12 @@ struct EpollReg {
   uint32_t harvested = 0;
   uint64_t harvest_look = 0;
   uint64_t plain_since = 0;  // the wait (EpollSet::waits) that first found it settled plain; 0: not yet
+  // The program's ADD of a fresh server socket, not made in the kernel yet
+  // (hooks_epoll.cc, defer_add): the next wait's look for a Hello says
+  // whether it is readable, and a short connection is closed before the
+  // kernel ever needs it. `deferred_look`: the wait that looked; 0: none yet.
+  bool deferred = false;
+  uint64_t deferred_look = 0;
   // Edge-trigger state: what we saw at the last check.
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;

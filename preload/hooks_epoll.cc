@@ -111,6 +111,53 @@ bool reg_peek(EpollReg& r, int depth) {
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
 
+// Deferred ADDs (EpollReg::deferred). An event loop adds each accepted
+// socket and waits; the kernel's registration then costs a call, and the
+// look for a Hello that readiness needs before the ring costs another (a
+// peek: a Hello must never read as the program's bytes, nor wake it for
+// nothing). The look alone says whether such a socket is readable, so the
+// ADD waits for the next wait's look: a short connection is read, answered
+// and closed before the kernel ever needs it (nginx without keep-alive:
+// TCP's count of calls). Only for what a look can answer: a server socket
+// untouched since accept, asking only for input, in a set nobody sleeps on.
+bool may_defer(const EpollReg& r) {
+  constexpr uint32_t kLookable = EPOLLIN | EPOLLRDNORM | EPOLLRDHUP;
+  return !r.inner() && r.slot != 0 && !SleepingOnSets::anyone() && (r.events & (EPOLLIN | EPOLLRDNORM)) &&
+         (r.events & kPollBits & ~kLookable) == 0 && !(r.events & EPOLLEXCLUSIVE) &&
+         r.entry->conn->untouched_server() && !r.entry->conn->on_ring();
+}
+
+// Makes a deferred ADD in the kernel: under our tag, or for a socket that
+// settled on plain TCP as the program's own registration. `quiet`: a look
+// just found nothing, which the kernel would only repeat. 1: made as the
+// program's (the record goes); 0: made; -1: refused (the record stays
+// deferred and is looked at every wait).
+int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
+  auto add = [&](epoll_event k) {
+    // A forked sibling sharing the set may have made it already.
+    return real().epoll_ctl(epfd, EPOLL_CTL_ADD, r.fd, &k) == 0 ||
+           (errno == EEXIST && real().epoll_ctl(epfd, EPOLL_CTL_MOD, r.fd, &k) == 0);
+  };
+  r.deferred = false;
+  if (r.entry->conn->passthrough() && !r.disabled) {
+    if (add(epoll_event{r.events, r.data})) return 1;
+  } else {
+    epoll_event k = kernel_reg(set.tag_of(r), r.events, false);
+    if (add(k)) {
+      r.kernel_events = k.events;
+      r.kernel_hot = true;
+      if (quiet) {  // this look's answer, as if its epoll_wait had said nothing of it
+        r.harvested = 0;
+        r.harvest_look = set.look;
+      }
+      return 0;
+    }
+  }
+  r.deferred = true;
+  r.deferred_look = 0;
+  return -1;
+}
+
 // Brings the kernel's registration under r's tag up to date after the
 // program's ADD or MOD changed r (r.events and the rest are already new),
 // or after a native registration became r. `fresh`: the kernel has none
@@ -123,6 +170,10 @@ bool reg_peek(EpollReg& r, int depth) {
 // ready, and if r is ready on its ring, EPOLLOUT on the quiet (writable)
 // TCP side makes the edge that wakes it.
 int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
+  if (r.deferred) {  // the kernel has none yet: a MOD of the program's
+    if (may_defer(r)) return 0;
+    fresh = true;
+  }
   if (!SleepingOnSets::anyone()) {
     if (!fresh && (k.events & ~r.kernel_events) == 0) return 0;
     if (!fresh) k.events |= r.kernel_events;
@@ -130,6 +181,7 @@ int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
     k.events |= EPOLLOUT;
   }
   if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
+  r.deferred = false;
   r.kernel_events = k.events;
   r.kernel_hot = true;
   return 0;
@@ -264,6 +316,12 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         reg = set.add(std::move(r));  // first, for its tag
       }
       Request replaced = take_request(set, *reg, *ev);
+      if (fresh && op == EPOLL_CTL_ADD && may_defer(*reg)) {
+        reg->deferred = true;
+        reg->deferred_look = 0;
+        drop_native(set, fd);
+        return 0;
+      }
       // A native registration is converted by MOD, like a record of ours.
       if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), ev->events, is_set),
                             fresh && op == EPOLL_CTL_ADD) != 0) {
@@ -297,10 +355,8 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
   return errno = EINVAL, -1;
 }
 
-// Ready events of one registration, honouring edge triggering and ONESHOT.
-uint32_t reg_events(EpollReg& r, short kernel) {
-  if (r.disabled || r.lingering) return 0;
-  uint32_t ready = reg_ready(r, kernel, 1);
+// What a registration reports of `ready`, honouring edge triggering and ONESHOT.
+uint32_t report_of(EpollReg& r, uint32_t ready) {
   uint32_t report = ready;
   if (r.events & EPOLLET) {
     uint64_t rx = rx_of(r), tx = tx_of(r);
@@ -311,6 +367,46 @@ uint32_t reg_events(EpollReg& r, short kernel) {
   }
   if (report && (r.events & EPOLLONESHOT)) r.disabled = true;
   return report;
+}
+
+// Ready events of one registration, honouring edge triggering and ONESHOT.
+uint32_t reg_events(EpollReg& r, short kernel) {
+  if (r.disabled || r.lingering) return 0;
+  return report_of(r, reg_ready(r, kernel, 1));
+}
+
+// The looks of deferred ADDs not looked at yet (EpollReg::deferred); the
+// kernel is asked only where the look cannot answer (Connection::first_look).
+// Returns how many reported. When none did, they go into the kernel now,
+// before the caller may sleep; else at the next wait (tidy), if still there.
+int look_deferred(EpollSet& set, int epfd, epoll_event* ev, int max) {
+  int have = 0;
+  bool any = false;
+  for (auto& rp : set.regs) {
+    EpollReg& r = *rp;
+    if (!r.deferred || r.deferred_look != 0 || r.lingering || have >= max) continue;
+    any = true;
+    r.deferred_look = set.waits;
+    if (r.disabled) continue;
+    Connection& c = *r.entry->conn;
+    short want = static_cast<short>(r.events & kPollBits);
+    short got = c.first_look(want);
+    uint32_t ready;
+    if (got >= 0) {
+      ready = static_cast<uint16_t>(got);
+    } else {
+      pollfd p{r.fd, c.kernel_interest(want), 0};
+      real().poll(&p, 1, 0);
+      ready = reg_ready(r, p.revents, 1);
+    }
+    if (uint32_t e = report_of(r, ready)) ev[have++] = epoll_event{e, r.data};
+  }
+  if (any && have == 0) {
+    set.remove_if([&](EpollReg& r) {
+      return r.deferred && r.deferred_look == set.waits && commit_deferred(set, epfd, r, true) == 1;
+    });
+  }
+  return have;
 }
 
 // Drops the tagged events out of what the kernel returned, noting whose
@@ -343,11 +439,17 @@ void tidy(EpollSet& set, int epfd) {
     // Deleted by the program and not added back before this wait: now the
     // kernel forgets it too, and its doorbell unless a duplicate is registered.
     if (r.lingering) {
-      real().epoll_ctl(epfd, EPOLL_CTL_DEL, r.fd, nullptr);
+      if (!r.deferred) real().epoll_ctl(epfd, EPOLL_CTL_DEL, r.fd, nullptr);
       if (r.doorbell_added && set.registrations_of(r.entry.get()) == 1) {
         real().epoll_ctl(epfd, EPOLL_CTL_DEL, r.entry->conn->doorbell(), nullptr);
       }
       return true;
+    }
+    // A deferred ADD looked at in an earlier wait goes in now (still open,
+    // still registered: a connection that lives on).
+    if (r.deferred) {
+      if (r.deferred_look == 0 || r.deferred_look == set.waits) return false;  // its look is this wait's
+      return commit_deferred(set, epfd, r, false) == 1;
     }
     // A connection that settled on plain TCP goes back to the kernel with the
     // application's own mask and data: nothing of ours left in its path.
@@ -455,7 +557,7 @@ bool nothing_ready_on_rings(EpollSet& set) {
   if (set.virt_owed) return false;
   for (auto& r : set.regs) {
     if (r->lingering) continue;
-    if (r->inner()) return false;  // nested sets: the usual look
+    if (r->inner() || r->deferred) return false;  // nested sets, a refused ADD: the usual look
     short want = static_cast<short>(r->events & kPollBits);
     if (!tcp_side_quiet(*r, r->entry->conn->kernel_interest(want)) || reg_peek(*r, 1)) return false;
   }
@@ -472,6 +574,7 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool will_sleep) 
   std::lock_guard<std::mutex> lock(set.mu);
   ++set.look;  // what an earlier look harvested and never scanned is old news
   tidy(set, epfd);
+  if (int have = look_deferred(set, epfd, ev, max)) return have;  // the kernel's list next time
   if (will_sleep && nothing_ready_on_rings(set)) return 0;
   int have = 0;
   bool ours_first = set.virt_owed;
@@ -627,6 +730,14 @@ short set_events(EpollSet& s, short want, short kernel, int depth) {
 bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake) {
   std::lock_guard<std::mutex> lock(set.mu);
   bool ready = false;
+  // Nothing deferred sleeps outside the kernel's set (a refused ADD: a look
+  // every millisecond).
+  set.remove_if([&](EpollReg& r) {
+    if (!r.deferred || r.lingering) return false;
+    int made = commit_deferred(set, epfd, r, false);
+    if (made < 0) wake = look_again_soon(wake);
+    return made == 1;
+  });
   for (auto& r : set.regs) {
     if (r->disabled || r->lingering) continue;
     if (EpollSet* in = r->inner()) {
@@ -682,10 +793,15 @@ void forget_in_epoll_sets(int fd, bool lingering_only) {
   });
   for (auto& [epfd, set] : sets) {
     std::lock_guard<std::mutex> lock(set->mu);
-    size_t before = set->regs.size() + set->natives.size();
-    set->remove_if([&](const EpollReg& r) { return r.fd == fd && !r.inner() && (r.lingering || !lingering_only); });
+    size_t before = set->natives.size();
+    bool in_kernel = false;  // a deferred ADD never was
+    set->remove_if([&](const EpollReg& r) {
+      bool drop = r.fd == fd && !r.inner() && (r.lingering || !lingering_only);
+      if (drop && !r.deferred) in_kernel = true;
+      return drop;
+    });
     if (!lingering_only) drop_native(*set, fd);
-    if (set->regs.size() + set->natives.size() != before) real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
+    if (in_kernel || set->natives.size() != before) real().epoll_ctl(epfd, EPOLL_CTL_DEL, fd, nullptr);
   }
 }
 

@@ -5,6 +5,12 @@
 # "Not Run (Disabled)" until the library is fixed and the name leaves this
 # list. This list is the open work of issue 4; keep it short and honest.
 set(RDMASHIM_KNOWN_FAILURES
+  # A server socket forked before its handshake, used by both processes:
+  # the child's look takes the Hello and upgrades, and the parent, which
+  # kept its copy, reads the client's frames as bytes (or waits on a TCP
+  # side the client no longer writes).
+  diff.epoll_fresh_fork diff_nospin.epoll_fresh_fork
+  diff.poll_fresh_fork diff_nospin.poll_fresh_fork
 )
 
 # Called at the end of each test folder's CMakeLists.

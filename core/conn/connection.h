@@ -108,6 +108,12 @@ class Connection {
   // what the kernel reported for the TCP socket; the result is what the
   // application should see among `want` (POLLERR/POLLHUP always included).
   short poll_events(short want, short kernel);
+  // poll_events() for a fresh server socket the kernel has not been asked
+  // about (an epoll registration not made yet): the look for a Hello, a
+  // peek that readiness needs anyway, says whether it is readable. -1 when
+  // only the kernel can say: the look met the end or an error, took a
+  // Hello, or another thread holds the locks.
+  short first_look(short want);
   // Some direction is on the ring: the kernel's readiness is not the truth.
   // What to ask of the kernel for the TCP socket when waiting for `want`:
   // directions still on TCP as asked, and on a ring only the TCP side's end.
@@ -536,6 +542,7 @@ class Connection {
   std::atomic<bool> hold_local_{false};     // announced on this host (else by RDMA-CM)
   std::atomic<bool> writable_told_{false};  // poll_events said POLLOUT before the first write
   std::atomic<bool> control_unsettled_{false};  // see control_unsettled()
+  std::atomic<bool> look_saw_bytes_{false};      // the last look for a message found the program's bytes
   std::mutex lowat_mu_;
   std::atomic<int> app_lowat_{-1};         // the application's SO_RCVLOWAT while raised; -1: not raised
   int raised_lowat_ = 0;                   // lowat_mu_: what the kernel has

@@ -49,7 +49,10 @@ int Connection::peek_message(const unsigned char (&magic)[8], size_t (*extent)(c
     }
     if (pending) end_prefix();
     if (n < 0) return -err;
-    if (m == wire::Match::kNo) return 0;  // application bytes, or EOF
+    if (m == wire::Match::kNo) {  // application bytes, or EOF
+      look_saw_bytes_.store(n > 0, std::memory_order_relaxed);
+      return 0;
+    }
     *len = extent(buf);
     memcpy(out, buf, *len);
     return 1;

@@ -229,6 +229,16 @@ short Connection::poll_events(short want, short kernel) {
   return static_cast<short>(ev & (want | POLLERR | POLLHUP | POLLNVAL));
 }
 
+short Connection::first_look(short want) {
+  look_saw_bytes_.store(false, std::memory_order_relaxed);
+  short ev = poll_events(want, POLLIN);  // as if the kernel said readable: the peek decides
+  if (control_unsettled()) return -1;
+  // Readable, but not for bytes of the program's that the look saw: the end
+  // or an error (the kernel adds POLLHUP, POLLRDHUP, POLLERR), or a Hello.
+  if ((ev & POLLIN) && !look_saw_bytes_.load(std::memory_order_relaxed)) return -1;
+  return ev;
+}
+
 // False while the TCP side is readable and what is there may still need a
 // look: the lock is still held, or (before the ring, where readiness is the
 // kernel's word) a look must ask the kernel again; true once nothing is left.

@@ -688,6 +688,241 @@ SCENARIO(epoll_rearm_wakes_sleeper, 2) {
       scripted_client);
 }
 
+// ---------------------------------------------------------------------------
+// Fresh accepted sockets added to a set before any I/O: rdmashim makes the
+// kernel registration at the next wait's look (hooks_epoll.cc, deferred
+// ADDs), so these check that nothing a program can see changes: readiness
+// found late, edges, MOD/DEL/ONESHOT before the first wait, poll() on the
+// set, a thread asleep on it, and a fork between the ADD and the wait.
+
+PairOpts cold_pair() {
+  PairOpts o;
+  o.warm = false;
+  return o;
+}
+
+SCENARIO(epoll_fresh_lt, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN, kSock);
+        epoll_event ev[8];
+        int k = epoll_wait(ep, ev, 8, 0);
+        T("fresh, nothing sent: wait(0) = %s", evs(k, ev).c_str());
+        k = epoll_wait(ep, ev, 8, 100);
+        T("wait(100) = %s", evs(k, ev).c_str());
+        ask(p, 10);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("after the peer wrote 10: wait(5000) = %s", evs(k, ev).c_str());
+        k = epoll_wait(ep, ev, 8, 0);
+        T("unread, level-triggered: wait(0) = %s", evs(k, ev).c_str());
+        drain(p.fd, 10);
+        k = epoll_wait(ep, ev, 8, 0);
+        T("read all: wait(0) = %s", evs(k, ev).c_str());
+        ask(p, 0);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("after the peer's SHUT_WR: wait(5000) = %s", evs(k, ev).c_str());
+        stop(p);
+      },
+      scripted_client, cold_pair());
+}
+
+// The first wait sleeps: the bytes come while it does.
+SCENARIO(epoll_fresh_sleep_first, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN | EPOLLRDHUP | EPOLLET, kSock);
+        p.ctl.put(10);  // the client writes 100 ms from now
+        epoll_event ev[8];
+        int k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("asleep when the bytes came: wait(5000) = %s", evs(k, ev).c_str());
+        p.ctl.sync();
+        drain(p.fd, 10);
+        k = epoll_wait(ep, ev, 8, 0);
+        T("read all: wait(0) = %s", evs(k, ev).c_str());
+        stop(p);
+      },
+      [](Pair& p) {
+        uint64_t n = p.ctl.get();
+        usleep(100 * 1000);
+        std::vector<char> b(n);
+        fill_pattern(n, 0, b.data(), n);
+        write_all(p.fd, b.data(), n);
+        p.ctl.sync();
+        scripted_client(p);
+      },
+      cold_pair());
+}
+
+SCENARIO(epoll_fresh_et_data_first, 2) {
+  run_pair(
+      [](Pair& p) {
+        p.ctl.sync();  // the client wrote 10 bytes
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN | EPOLLRDHUP | EPOLLET, kSock);
+        epoll_event ev[8];
+        int k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("bytes there before the ADD: wait(5000) = %s", evs(k, ev).c_str());
+        k = epoll_wait(ep, ev, 8, 0);
+        T("again, nothing new: wait(0) = %s", evs(k, ev).c_str());
+        drain(p.fd, 10);
+        k = epoll_wait(ep, ev, 8, 0);
+        T("read all: wait(0) = %s", evs(k, ev).c_str());
+        ask(p, 5);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("after 5 more: wait(5000) = %s", evs(k, ev).c_str());
+        drain(p.fd, 5);
+        ask(p, 0);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("after the peer's SHUT_WR: wait(5000) = %s", evs(k, ev).c_str());
+        stop(p);
+      },
+      [](Pair& p) {
+        char b[10];
+        fill_pattern(10, 0, b, sizeof b);
+        write_all(p.fd, b, sizeof b);
+        p.ctl.sync();
+        scripted_client(p);
+      },
+      cold_pair());
+}
+
+// A client that connects and closes at once (a health check): the first
+// look meets the end, which the kernel reports with EPOLLRDHUP.
+SCENARIO_TCP(epoll_fresh_eof_first, 0, 2) {
+  run_pair(
+      [](Pair& p) {
+        p.ctl.sync();  // the client closed
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN | EPOLLRDHUP, kSock);
+        epoll_event ev[8];
+        int k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("the client closed before the ADD: wait(5000) = %s", evs(k, ev).c_str());
+        char c;
+        T("read = %s", E(read(p.fd, &c, 1)).c_str());
+      },
+      [](Pair& p) {
+        close(p.fd);
+        p.ctl.sync();
+      },
+      cold_pair());
+}
+
+SCENARIO(epoll_fresh_mod_del_oneshot, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_event ev[8];
+        // Deleted before any wait, then added back.
+        epoll_add(ep, p.fd, EPOLLIN, kSock);
+        T("DEL before any wait = %s", E(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr)).c_str());
+        T("DEL again = %s", E(epoll_ctl(ep, EPOLL_CTL_DEL, p.fd, nullptr)).c_str());
+        T("MOD after DEL = %s", E(epoll_mod(ep, p.fd, EPOLLIN, kSock)).c_str());
+        int k = epoll_wait(ep, ev, 8, 0);
+        T("deleted: wait(0) = %s", evs(k, ev).c_str());
+        T("ADD again = %s", E(epoll_add(ep, p.fd, EPOLLIN | EPOLLONESHOT, kPipe)).c_str());
+        T("ADD twice = %s", E(epoll_add(ep, p.fd, EPOLLIN, kPipe)).c_str());
+        ask(p, 10);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("ONESHOT, 10 bytes: wait(5000) = %s", evs(k, ev).c_str());
+        k = epoll_wait(ep, ev, 8, 0);
+        T("fired: wait(0) = %s", evs(k, ev).c_str());
+        T("MOD to IN|OUT = %s", E(epoll_mod(ep, p.fd, EPOLLIN | EPOLLOUT, kZero)).c_str());
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("wait(5000) = %s", evs(k, ev).c_str());
+        drain(p.fd, 10);
+        T("MOD to IN = %s", E(epoll_mod(ep, p.fd, EPOLLIN, kSock)).c_str());
+        k = epoll_wait(ep, ev, 8, 0);
+        T("read all: wait(0) = %s", evs(k, ev).c_str());
+        ask(p, 3);
+        k = epoll_wait(ep, ev, 8, kBoundMs);
+        T("3 more: wait(5000) = %s", evs(k, ev).c_str());
+        drain(p.fd, 3);
+        stop(p);
+      },
+      scripted_client, cold_pair());
+}
+
+// Added, then waited on by poll() on the set, then by a thread asleep in
+// epoll_wait while the bytes come.
+SCENARIO(epoll_fresh_poll_and_thread, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN, kSock);
+        pollfd pf{ep, POLLIN, 0};
+        auto r = E(poll(&pf, 1, 0));
+        T("poll(set, 0) = %s %s", r.c_str(), pollev(pf.revents).c_str());
+        p.ctl.put(10);
+        pf.revents = 0;
+        r = E(poll(&pf, 1, kBoundMs));
+        T("poll(set, 5000) = %s %s", r.c_str(), pollev(pf.revents).c_str());
+        p.ctl.sync();
+        epoll_event ev[8];
+        int k = epoll_wait(ep, ev, 8, 0);
+        T("wait(0) = %s", evs(k, ev).c_str());
+        drain(p.fd, 10);
+        int ep2 = epoll_create1(0);
+        int fd2 = dup(p.fd);
+        epoll_add(ep2, fd2, EPOLLIN, kPipe);
+        std::thread sleeper([&] {
+          set_role("server-thread");
+          epoll_event e[8];
+          int n = epoll_wait(ep2, e, 8, kBoundMs);
+          T("asleep before the bytes came: wait(5000) = %s", evs(n, e).c_str());
+        });
+        usleep(50 * 1000);
+        ask(p, 4);
+        sleeper.join();
+        drain(p.fd, 4);
+        stop(p);
+      },
+      scripted_client, cold_pair());
+}
+
+// A fork between the ADD (epoll) or accept (poll) and the first wait: the
+// child waits and reads (under rdmashim its look takes the client's
+// Hello); the parent, after it, finds nothing, then reads what comes next.
+void fresh_fork(bool use_epoll) {
+  run_pair(
+      [use_epoll](Pair& p) {
+        int ep = use_epoll ? epoll_create1(0) : -1;
+        if (use_epoll) epoll_add(ep, p.fd, EPOLLIN, kSock);
+        auto wait = [&](int ms) {
+          if (!use_epoll) {
+            pollfd pf{p.fd, POLLIN, 0};
+            auto r = E(poll(&pf, 1, ms));
+            return r + " " + pollev(pf.revents);
+          }
+          epoll_event ev[8];
+          int k = epoll_wait(ep, ev, 8, ms);
+          return evs(k, ev);
+        };
+        pid_t kid = spawn("server-child", [&] {
+          T("child: wait(5000) = %s", wait(kBoundMs).c_str());
+          drain(p.fd, 10);
+          T("child read all: wait(0) = %s", wait(0).c_str());
+        });
+        p.ctl.put(10);
+        p.ctl.sync();
+        reap(kid, "child");
+        T("parent after the child read: wait(0) = %s", wait(0).c_str());
+        p.ctl.put(2);
+        p.ctl.sync();
+        T("parent, 2 more: wait(5000) = %s", wait(kBoundMs).c_str());
+        char got[2], want[2];
+        read_exact(p.fd, got, 2);
+        fill_pattern(2, 0, want, 2);
+        T("parent read the 2 bytes sent: %s", yes(memcmp(got, want, 2) == 0).c_str());
+        stop(p);
+      },
+      scripted_client, cold_pair());
+}
+
+SCENARIO(epoll_fresh_fork, 2) { fresh_fork(true); }
+SCENARIO(poll_fresh_fork, 2) { fresh_fork(false); }
+
 SCENARIO(epoll_rdhup, 2) {
   run_pair(
       [](Pair& p) {
