@@ -375,6 +375,18 @@ uint32_t reg_events(EpollReg& r, short kernel) {
   return report_of(r, reg_ready(r, kernel, 1));
 }
 
+// What a deferred ADD's record is ready for: the look for a Hello, or the
+// kernel where the look cannot say (Connection::first_look).
+uint32_t deferred_ready(EpollReg& r) {
+  Connection& c = *r.entry->conn;
+  short want = static_cast<short>(r.events & kPollBits);
+  short got = c.first_look(want);
+  if (got >= 0) return static_cast<uint16_t>(got);
+  pollfd p{r.fd, c.kernel_interest(want), 0};
+  real().poll(&p, 1, 0);
+  return reg_ready(r, p.revents, 1);
+}
+
 // The looks of deferred ADDs not looked at yet (EpollReg::deferred); the
 // kernel is asked only where the look cannot answer (Connection::first_look).
 // Returns how many reported. When none did, they go into the kernel now,
@@ -388,18 +400,7 @@ int look_deferred(EpollSet& set, int epfd, epoll_event* ev, int max) {
     any = true;
     r.deferred_look = set.waits;
     if (r.disabled) continue;
-    Connection& c = *r.entry->conn;
-    short want = static_cast<short>(r.events & kPollBits);
-    short got = c.first_look(want);
-    uint32_t ready;
-    if (got >= 0) {
-      ready = static_cast<uint16_t>(got);
-    } else {
-      pollfd p{r.fd, c.kernel_interest(want), 0};
-      real().poll(&p, 1, 0);
-      ready = reg_ready(r, p.revents, 1);
-    }
-    if (uint32_t e = report_of(r, ready)) ev[have++] = epoll_event{e, r.data};
+    if (uint32_t e = report_of(r, deferred_ready(r))) ev[have++] = epoll_event{e, r.data};
   }
   if (any && have == 0) {
     set.remove_if([&](EpollReg& r) {
@@ -716,7 +717,12 @@ short set_events(EpollSet& s, short want, short kernel, int depth) {
   if (!(ev & POLLIN)) {
     std::lock_guard<std::mutex> lock(s.mu);
     for (auto& r : s.regs) {
-      if (reg_peek(*r, depth)) {
+      // A deferred ADD is not in the kernel's set yet: its look says (a
+      // program that only polls the set without sleeping, or an outer set).
+      bool deferred = r->deferred && !r->lingering && !r->disabled;
+      uint32_t ready = deferred ? deferred_ready(*r) : 0;
+      if (deferred ? ((r->events & EPOLLET) ? edges(*r, ready, rx_of(*r), tx_of(*r)) != 0 : ready != 0)
+                   : reg_peek(*r, depth)) {
         ev |= POLLIN | POLLRDNORM;
         break;
       }

@@ -881,6 +881,38 @@ SCENARIO(epoll_fresh_poll_and_thread, 2) {
       scripted_client, cold_pair());
 }
 
+// A program that only polls the set, never sleeping on it, and a set that
+// holds the set.
+SCENARIO(epoll_fresh_polled_nested, 2) {
+  run_pair(
+      [](Pair& p) {
+        int ep = epoll_create1(0);
+        epoll_add(ep, p.fd, EPOLLIN, kSock);
+        int outer = epoll_create1(0);
+        epoll_add(outer, ep, EPOLLIN, kPipe);
+        p.ctl.put(10);
+        p.ctl.sync();  // written
+        pollfd pf{ep, POLLIN, 0};
+        uint64_t end = now_ms() + kBoundMs;
+        while (poll(&pf, 1, 0) == 0 && now_ms() < end) usleep(1000);
+        T("poll(set, 0) in a loop: %s", pollev(pf.revents).c_str());
+        epoll_event ev[8];
+        int k = epoll_wait(outer, ev, 8, kBoundMs);
+        T("the outer set: wait(5000) = %s", evs(k, ev).c_str());
+        k = epoll_wait(ep, ev, 8, 0);
+        T("the set: wait(0) = %s", evs(k, ev).c_str());
+        drain(p.fd, 10);
+        k = epoll_wait(outer, ev, 8, 0);
+        T("read all, the outer set: wait(0) = %s", evs(k, ev).c_str());
+        ask(p, 3);
+        k = epoll_wait(outer, ev, 8, kBoundMs);
+        T("3 more, the outer set: wait(5000) = %s", evs(k, ev).c_str());
+        drain(p.fd, 3);
+        stop(p);
+      },
+      scripted_client, cold_pair());
+}
+
 // A fork between the ADD (epoll) or accept (poll) and the first wait: the
 // child waits and reads (under rdmashim its look takes the client's
 // Hello); the parent, after it, finds nothing, then reads what comes next.
