@@ -8,6 +8,7 @@
 #include <poll.h>
 #include <sys/epoll.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -90,6 +91,18 @@ struct EpollSet {
   bool virt_owed = false;  // ours were ready but the kernel's filled maxevents: ours go first next time
   uint64_t look = 1;       // numbers the looks; a harvest counts only in its own (EpollReg::harvested)
   uint64_t waits = 1;      // numbers the program's waits on the set
+  // Deferred ADDs pay when the look finds the socket readable (a call
+  // saved) and cost one when it finds nothing (the look, then the ADD and a
+  // second look): looks that found nothing, less those that found bytes,
+  // within [0, kDeferScoreMax]. From kDeferOff on, one ADD in 8 is deferred,
+  // to keep measuring (a server whose clients wait for its greeting).
+  static constexpr int kDeferOff = 8, kDeferScoreMax = 16;
+  int defer_score = 0;
+  uint32_t defer_turn = 0;
+  bool defer_wanted() { return defer_score < kDeferOff || (++defer_turn & 7) == 0; }
+  void deferred_looked(bool readable) {
+    defer_score = readable ? std::max(defer_score - 1, 0) : std::min(defer_score + 1, kDeferScoreMax);
+  }
   // scan_virtual's buffers, kept so that a look (one per wakeup of an event
   // loop) allocates nothing.
   std::vector<pollfd> scan_all, scan_asked;

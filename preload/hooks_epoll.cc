@@ -119,7 +119,8 @@ bool reg_peek(EpollReg& r, int depth) {
 // ADD waits for the next wait's look: a short connection is read, answered
 // and closed before the kernel ever needs it (nginx without keep-alive:
 // TCP's count of calls). Only for what a look can answer: a server socket
-// untouched since accept, asking only for input, in a set nobody sleeps on.
+// untouched since accept, asking only for input, in a set nobody sleeps on;
+// and while such looks mostly find bytes (EpollSet::defer_wanted).
 bool may_defer(const EpollReg& r) {
   constexpr uint32_t kLookable = EPOLLIN | EPOLLRDNORM | EPOLLRDHUP;
   return !r.inner() && r.slot != 0 && !SleepingOnSets::anyone() && (r.events & (EPOLLIN | EPOLLRDNORM)) &&
@@ -145,11 +146,9 @@ int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
     epoll_event k = kernel_reg(set.tag_of(r), r.events, false);
     if (add(k)) {
       r.kernel_events = k.events;
-      r.kernel_hot = true;
-      if (quiet) {  // this look's answer, as if its epoll_wait had said nothing of it
-        r.harvested = 0;
-        r.harvest_look = set.look;
-      }
+      // A look just found nothing: what comes from now on is an edge (the
+      // kernel also queues one at the ADD for what is there by then).
+      r.kernel_hot = !quiet;
       return 0;
     }
   }
@@ -316,7 +315,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         reg = set.add(std::move(r));  // first, for its tag
       }
       Request replaced = take_request(set, *reg, *ev);
-      if (fresh && op == EPOLL_CTL_ADD && may_defer(*reg)) {
+      if (fresh && op == EPOLL_CTL_ADD && may_defer(*reg) && set.defer_wanted()) {
         reg->deferred = true;
         reg->deferred_look = 0;
         drop_native(set, fd);
@@ -400,7 +399,9 @@ int look_deferred(EpollSet& set, int epfd, epoll_event* ev, int max) {
     any = true;
     r.deferred_look = set.waits;
     if (r.disabled) continue;
-    if (uint32_t e = report_of(r, deferred_ready(r))) ev[have++] = epoll_event{e, r.data};
+    uint32_t ready = deferred_ready(r);
+    set.deferred_looked((ready & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
+    if (uint32_t e = report_of(r, ready)) ev[have++] = epoll_event{e, r.data};
   }
   if (any && have == 0) {
     set.remove_if([&](EpollReg& r) {
@@ -470,12 +471,20 @@ void tidy(EpollSet& set, int epfd) {
   });
 }
 
-// On both rings, before the end (the kernel would report only POLLIN, and
-// `asked` is just that), with no edge under r's own tag since a look found
-// its TCP side quiet: asking the kernel about it would tell nothing.
+// Asked of the kernel for input only: a look that finds nothing stays true
+// until an edge under the record's tag (EpollReg::kernel_hot).
+bool input_only(short asked) { return (asked & ~(POLLIN | POLLRDHUP)) == 0; }
+
+// With no edge under r's own tag since a look found its TCP side quiet,
+// asking the kernel about it would tell nothing: on both rings, before the
+// end (the kernel would report only POLLIN, and `asked` is just that), or
+// asked for input only, all of which its edge-triggered registration
+// watches (a socket still looking for a Hello: a fresh connection waiting
+// for its client's first bytes).
 bool tcp_side_quiet(EpollReg& r, short asked) {
-  return r.slot != 0 && !r.kernel_hot && !r.inner() && asked == POLLIN &&
-         r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN && !r.entry->conn->control_unsettled();
+  if (r.slot == 0 || r.kernel_hot || r.inner() || r.entry->conn->control_unsettled()) return false;
+  if (asked == POLLIN && r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN) return true;
+  return asked != 0 && input_only(asked) && (static_cast<uint32_t>(asked) & ~r.kernel_events) == 0;
 }
 
 // Appends ready registrations after `have` events; returns the new count.
@@ -511,7 +520,7 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
     if (r.slot != 0 && r.harvest_look == set.look && !r.inner() && (asks & ~r.kernel_events) == 0) {
       k[i].revents = static_cast<short>(r.harvested & (asks | POLLERR | POLLHUP));
       r.unseen_edge = false;
-      if (k[i].events == POLLIN && k[i].revents == 0) r.kernel_hot = false;
+      if (input_only(k[i].events) && k[i].revents == 0) r.kernel_hot = false;
       continue;
     }
     asked.push_back(k[i]);
@@ -524,7 +533,7 @@ int scan_virtual(EpollSet& set, epoll_event* ev, int have, int max) {
     r.unseen_edge = false;
     k[of[j]].revents = asked[j].revents;
     // Quiet on its ring: only a new edge under its tag makes it worth asking.
-    if (k[of[j]].events == POLLIN && asked[j].revents == 0) r.kernel_hot = false;
+    if (input_only(k[of[j]].events) && asked[j].revents == 0) r.kernel_hot = false;
   }
   size_t start = static_cast<size_t>(set.rotate++) % n;
   for (size_t j = 0; j < n; ++j) {
