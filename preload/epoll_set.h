@@ -94,12 +94,13 @@ struct EpollSet {
   // Deferred ADDs pay when the look finds the socket readable (a call
   // saved) and cost one when it finds nothing (the look, then the ADD and a
   // second look): looks that found nothing, less those that found bytes,
-  // within [0, kDeferScoreMax]. From kDeferOff on, one ADD in 8 is deferred,
-  // to keep measuring (a server whose clients wait for its greeting).
+  // within [0, kDeferScoreMax]. From kDeferOff on, one ADD in 16 is
+  // deferred, to keep measuring (a server whose clients wait for its
+  // greeting).
   static constexpr int kDeferOff = 8, kDeferScoreMax = 16;
   int defer_score = 0;
   uint32_t defer_turn = 0;
-  bool defer_wanted() { return defer_score < kDeferOff || (++defer_turn & 7) == 0; }
+  bool defer_wanted() { return defer_score < kDeferOff || (++defer_turn & 15) == 0; }
   void deferred_looked(bool readable) {
     defer_score = readable ? std::max(defer_score - 1, 0) : std::min(defer_score + 1, kDeferScoreMax);
   }

@@ -111,6 +111,17 @@ bool reg_peek(EpollReg& r, int depth) {
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
 
+// After the kernel's ADD of r: an edge-triggered registration queues an
+// event at once for what is there already, so a socket not on a ring yet
+// asked for input only (tcp_side_quiet) needs no look of ours until one
+// comes: a fresh connection is not asked about at every wait until its
+// client's first bytes come.
+bool born_quiet(const EpollReg& r) {
+  if (r.inner() || r.entry->conn->on_ring()) return false;
+  auto asked = static_cast<short>(r.entry->conn->kernel_interest(static_cast<short>(r.events & kPollBits)));
+  return asked != 0 && (asked & ~(POLLIN | POLLRDHUP)) == 0 && (static_cast<uint32_t>(asked) & ~r.kernel_events) == 0;
+}
+
 // Deferred ADDs (EpollReg::deferred). An event loop adds each accepted
 // socket and waits; the kernel's registration then costs a call, and the
 // look for a Hello that readiness needs before the ring costs another (a
@@ -146,9 +157,7 @@ int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
     epoll_event k = kernel_reg(set.tag_of(r), r.events, false);
     if (add(k)) {
       r.kernel_events = k.events;
-      // A look just found nothing: what comes from now on is an edge (the
-      // kernel also queues one at the ADD for what is there by then).
-      r.kernel_hot = !quiet;
+      r.kernel_hot = !quiet && !born_quiet(r);  // after a look that found nothing, what comes is an edge
       return 0;
     }
   }
@@ -182,7 +191,7 @@ int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
   if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
   r.deferred = false;
   r.kernel_events = k.events;
-  r.kernel_hot = true;
+  r.kernel_hot = !(fresh && born_quiet(r));
   return 0;
 }
 

@@ -4,8 +4,9 @@
 # the set before closing it, as libevent, libuv and Python programs do) and a
 # client making short connections to it: connect, 64 B each way, close.
 #   short_conns_loop.py server PORTFILE N   serves N connections, then exits
-#   short_conns_loop.py client PORT N
-import os, selectors, socket, sys
+#   short_conns_loop.py client PORT N [MS]  MS: wait that long after each
+#                                           connect before the first bytes
+import os, selectors, socket, sys, time
 
 def server(portfile, n):
     sel = selectors.EpollSelector()
@@ -40,10 +41,12 @@ def server(portfile, n):
             s.close()
             done += 1
 
-def client(port, n):
+def client(port, n, late_ms):
     msg = b"x" * 64
     for _ in range(n):
         c = socket.create_connection(("127.0.0.1", port))
+        if late_ms:
+            time.sleep(late_ms / 1000)
         c.sendall(msg)
         got = b""
         while len(got) < 64:
@@ -55,4 +58,4 @@ def client(port, n):
 if sys.argv[1] == "server":
     server(sys.argv[2], int(sys.argv[3]))
 else:
-    client(int(sys.argv[2]), int(sys.argv[3]))
+    client(int(sys.argv[2]), int(sys.argv[3]), float(sys.argv[4]) if len(sys.argv) > 4 else 0)
