@@ -21,7 +21,8 @@
 #   event_loop the same count for an event-loop server alone (Python
 #             selectors on epoll, level-triggered,
 #             tests/preload/short_conns_loop.py; its client under rdmashim
-#             too, not counted): at most TCP's + 0.5. The readiness look
+#             too, not counted): at most TCP's + 0.5 (measured 0.00; 1.04
+#             on the library before deferred ADDs). The readiness look
 #             for a Hello (a peek) costs what the kernel's registration
 #             of the new socket would, which waits for that look (deferred
 #             ADDs, preload/hooks_epoll.cc): +1 before; +4 before a
@@ -34,8 +35,9 @@
 #             bytes do (+1); a deferred ADD would cost the look, the ADD
 #             and a second look (+2), so a set whose looks mostly find
 #             nothing defers one ADD in 16 only (EpollSet::defer_score).
-#             Measured 1.27; 3.05 while a fresh socket was polled at every
-#             wait until its bytes came.
+#             Measured 1.23-1.29; 2.25 with every ADD deferred; 3.12 on
+#             the library before deferred ADDs, which polled a fresh
+#             socket at every wait until its bytes came.
 #   udp       one process makes short TCP connections to a server until the
 #             policy keeps them plain, then connects a UDP socket to the same
 #             address and port: the UDP socket is not a TCP connection, so no
