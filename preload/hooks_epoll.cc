@@ -111,15 +111,22 @@ bool reg_peek(EpollReg& r, int depth) {
   return (r.events & EPOLLET) ? edges(r, ready, rx_of(r), tx_of(r)) != 0 : ready != 0;
 }
 
+// Asked of the kernel for input only: a look that finds nothing stays true
+// until an edge under the record's tag (EpollReg::kernel_hot).
+bool input_only(short asked) { return (asked & ~(POLLIN | POLLRDHUP)) == 0; }
+// ... and all of it watched by r's edge-triggered registration.
+bool edges_tell_all(const EpollReg& r, short asked) {
+  return asked != 0 && input_only(asked) && (static_cast<uint32_t>(asked) & ~r.kernel_events) == 0;
+}
+
 // After the kernel's ADD of r: an edge-triggered registration queues an
 // event at once for what is there already, so a socket not on a ring yet
-// asked for input only (tcp_side_quiet) needs no look of ours until one
+// whose edges tell all (tcp_side_quiet) needs no look of ours until one
 // comes: a fresh connection is not asked about at every wait until its
 // client's first bytes come.
 bool born_quiet(const EpollReg& r) {
   if (r.inner() || r.entry->conn->on_ring()) return false;
-  auto asked = static_cast<short>(r.entry->conn->kernel_interest(static_cast<short>(r.events & kPollBits)));
-  return asked != 0 && (asked & ~(POLLIN | POLLRDHUP)) == 0 && (static_cast<uint32_t>(asked) & ~r.kernel_events) == 0;
+  return edges_tell_all(r, r.entry->conn->kernel_interest(static_cast<short>(r.events & kPollBits)));
 }
 
 // Deferred ADDs (EpollReg::deferred). An event loop adds each accepted
@@ -480,10 +487,6 @@ void tidy(EpollSet& set, int epfd) {
   });
 }
 
-// Asked of the kernel for input only: a look that finds nothing stays true
-// until an edge under the record's tag (EpollReg::kernel_hot).
-bool input_only(short asked) { return (asked & ~(POLLIN | POLLRDHUP)) == 0; }
-
 // With no edge under r's own tag since a look found its TCP side quiet,
 // asking the kernel about it would tell nothing: on both rings, before the
 // end (the kernel would report only POLLIN, and `asked` is just that), or
@@ -493,7 +496,7 @@ bool input_only(short asked) { return (asked & ~(POLLIN | POLLRDHUP)) == 0; }
 bool tcp_side_quiet(EpollReg& r, short asked) {
   if (r.slot == 0 || r.kernel_hot || r.inner() || r.entry->conn->control_unsettled()) return false;
   if (asked == POLLIN && r.entry->conn->kernel_interest(POLLIN | POLLOUT) == POLLIN) return true;
-  return asked != 0 && input_only(asked) && (static_cast<uint32_t>(asked) & ~r.kernel_events) == 0;
+  return edges_tell_all(r, asked);
 }
 
 // Appends ready registrations after `have` events; returns the new count.
