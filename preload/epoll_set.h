@@ -52,7 +52,7 @@ struct EpollReg {
   uint64_t harvest_look = 0;
   uint64_t plain_since = 0;  // the wait (EpollSet::waits) that first found it settled plain; 0: not yet
   // The program's ADD of a fresh server socket, not made in the kernel yet
-  // (hooks_epoll.cc, defer_add): the next wait's look for a Hello says
+  // (hooks_epoll.cc, may_defer): the next wait's look for a Hello says
   // whether it is readable, and a short connection is closed before the
   // kernel ever needs it. `deferred_look`: the wait that looked; 0: none yet.
   bool deferred = false;
