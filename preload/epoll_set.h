@@ -13,7 +13,6 @@
 #include <memory>
 #include <mutex>
 #include <new>
-#include <unordered_map>
 #include <vector>
 
 #include "preload.h"
@@ -61,6 +60,34 @@ struct EpollReg {
   uint32_t last_ready = 0;
   uint64_t last_rx = 0, last_tx = 0;
   EpollSet* inner() const { return entry->epoll.get(); }
+};
+
+// Registrations by descriptor number, in leaves of 1024 numbers made on
+// first use: an event loop adds and deletes a socket per request, and a
+// hash map's node for each cost more than the rest of that epoll_ctl.
+class FdIndex {
+ public:
+  EpollReg* get(int fd) const {
+    auto u = static_cast<unsigned>(fd);
+    size_t leaf = u >> kLeafBits;
+    return leaf < leaves_.size() && leaves_[leaf] ? leaves_[leaf][u & kLeafMask] : nullptr;
+  }
+  void put(int fd, EpollReg* r) {
+    auto u = static_cast<unsigned>(fd);  // a descriptor the kernel accepted: never negative
+    size_t leaf = u >> kLeafBits;
+    if (leaf >= leaves_.size()) leaves_.resize(leaf + 1);
+    if (!leaves_[leaf]) leaves_[leaf].reset(new EpollReg* [kLeafSize] {});
+    leaves_[leaf][u & kLeafMask] = r;
+  }
+  void clear(int fd, const EpollReg* r) {  // only if it still names r
+    auto u = static_cast<unsigned>(fd);
+    size_t leaf = u >> kLeafBits;
+    if (leaf < leaves_.size() && leaves_[leaf] && leaves_[leaf][u & kLeafMask] == r) leaves_[leaf][u & kLeafMask] = nullptr;
+  }
+
+ private:
+  static constexpr unsigned kLeafBits = 10, kLeafSize = 1u << kLeafBits, kLeafMask = kLeafSize - 1;
+  std::vector<std::unique_ptr<EpollReg*[]>> leaves_;
 };
 
 // A registration the kernel holds natively for a socket that may still
@@ -134,10 +161,7 @@ struct EpollSet {
     r.lingering = false;
   }
 
-  EpollReg* find(int fd) const {
-    auto it = by_fd_.find(fd);
-    return it == by_fd_.end() ? nullptr : it->second;
-  }
+  EpollReg* find(int fd) const { return by_fd_.get(fd); }
   EpollReg* add(std::unique_ptr<EpollReg> r) {
     EpollReg* p = r.get();
     if (!free_slots_.empty()) {
@@ -149,8 +173,7 @@ struct EpollSet {
       p->slot = static_cast<uint32_t>(slots_.size());
       slots_.push_back(p);
     }
-    by_fd_[p->fd] = p;
-    ++per_entry_[p->entry.get()];
+    by_fd_.put(p->fd, p);
     regs.push_back(std::move(r));
     return p;
   }
@@ -165,10 +188,15 @@ struct EpollSet {
       return true;
     });
   }
-  // How many registrations (the fd and its dups) name this stream or set.
-  int registrations_of(const Entry* e) const {
-    auto it = per_entry_.find(e);
-    return it == per_entry_.end() ? 0 : it->second;
+  // How many registrations (the fd and its dups) name this stream.
+  int registrations_of(Entry* e) const {
+    std::lock_guard<std::mutex> l(e->mu);
+    int n = 0;
+    for (int i = 0; i < e->alias_count; ++i) {
+      EpollReg* r = find(e->aliases[i]);
+      n += r && r->entry.get() == e;
+    }
+    return n;
   }
 
  private:
@@ -178,16 +206,12 @@ struct EpollSet {
       slots_[r.slot] = nullptr;
       free_slots_.push_back(r.slot);
     }
-    auto f = by_fd_.find(r.fd);
-    if (f != by_fd_.end() && f->second == &r) by_fd_.erase(f);
-    auto e = per_entry_.find(r.entry.get());
-    if (e != per_entry_.end() && --e->second == 0) per_entry_.erase(e);
+    by_fd_.clear(r.fd, &r);
   }
   std::unique_ptr<char[]> tag_space_{new (std::nothrow) char[kTagSlots + 1]};
   std::vector<EpollReg*> slots_;
   std::vector<uint32_t> free_slots_;
-  std::unordered_map<int, EpollReg*> by_fd_;
-  std::unordered_map<const Entry*, int> per_entry_;
+  FdIndex by_fd_;
 };
 
 // An epoll set of ours as a descriptor poll() and select() wait on

@@ -30,38 +30,41 @@ Ref& Ref::operator=(Ref&& o) noexcept {
 }
 
 FdTable::Slot* FdTable::slot(int fd, bool create) {
-  if (fd < 0 || fd >= kMaxFd) return nullptr;
+  if (Slot* s = find(leaves_, fd); s || !create || static_cast<unsigned>(fd) >= static_cast<unsigned>(kMaxFd)) return s;
   std::atomic<Slot*>& leaf = leaves_[fd >> kLeafBits];
-  Slot* l = leaf.load(std::memory_order_acquire);
-  if (!l && create) {
-    // calloc, not new: zeroed atomics, and no exception can escape a hook.
-    auto* fresh = static_cast<Slot*>(calloc(kLeafSize, sizeof(Slot)));
-    if (!fresh) return nullptr;
-    if (leaf.compare_exchange_strong(l, fresh, std::memory_order_acq_rel)) {
-      l = fresh;
-    } else {
-      free(fresh);  // another thread won; l now holds its leaf
-    }
+  // calloc, not new: zeroed atomics, and no exception can escape a hook.
+  auto* fresh = static_cast<Slot*>(calloc(kLeafSize, sizeof(Slot)));
+  if (!fresh) return nullptr;
+  Slot* l = nullptr;
+  if (leaf.compare_exchange_strong(l, fresh, std::memory_order_acq_rel)) {
+    l = fresh;
+  } else {
+    free(fresh);  // another thread won; l now holds its leaf
   }
-  return l ? &l[fd & (kLeafSize - 1)] : nullptr;
+  return &l[fd & (kLeafSize - 1)];
 }
 
 uintptr_t FdTable::lock(Slot& s) {
   for (;;) {
     uintptr_t v = s.load(std::memory_order_relaxed);
-    if (!(v & 1) && s.compare_exchange_weak(v, v | 1, std::memory_order_acquire)) return v;
+    if (!(v & kLockBit) && s.compare_exchange_weak(v, v | kLockBit, std::memory_order_acquire)) return v;
     cpu_relax();
   }
 }
 
-Ref FdTable::get(int fd) {
-  Slot* s = slot(fd, false);
-  if (!s || s->load(std::memory_order_relaxed) == 0) return Ref();  // the untracked fast path
-  uintptr_t v = lock(*s);
-  auto* e = reinterpret_cast<Entry*>(v);
+Ref FdTable::get_locked(Slot& s) {
+  uintptr_t v = lock(s);
+  auto* e = reinterpret_cast<Entry*>(v & ~kFlagBits);
   if (e) e->refs.fetch_add(1, std::memory_order_relaxed);
-  s->store(v, std::memory_order_release);
+  s.store(v, std::memory_order_release);  // the plain mark stays as it was
   return Ref(e);
+}
+
+void FdTable::mark_plain(int fd, const Entry* e) {
+  Slot* s = find(leaves_, fd);
+  uintptr_t v = reinterpret_cast<uintptr_t>(e);
+  // Only the same entry, unlocked and unmarked; a busy slot is marked next time.
+  if (s && e) s->compare_exchange_strong(v, v | kPlainBit, std::memory_order_relaxed);
 }
 
 bool FdTable::set(int fd, Entry* e) {
@@ -70,23 +73,23 @@ bool FdTable::set(int fd, Entry* e) {
   e->refs.fetch_add(1, std::memory_order_relaxed);
   uintptr_t old = lock(*s);
   s->store(reinterpret_cast<uintptr_t>(e), std::memory_order_release);
-  unref(reinterpret_cast<Entry*>(old));  // a stale entry for a reused number
+  unref(reinterpret_cast<Entry*>(old & ~kFlagBits));  // a stale entry for a reused number
   return true;
 }
 
 Entry* FdTable::take(int fd) {
-  Slot* s = slot(fd, false);
+  Slot* s = find(leaves_, fd);
   if (!s || s->load(std::memory_order_relaxed) == 0) return nullptr;
   uintptr_t old = lock(*s);
   s->store(0, std::memory_order_release);
-  return reinterpret_cast<Entry*>(old);
+  return reinterpret_cast<Entry*>(old & ~kFlagBits);
 }
 
 void FdTable::reset_locks_after_fork() {
   for (auto& leaf : leaves_) {
     Slot* l = leaf.load(std::memory_order_relaxed);
     if (!l) continue;
-    for (int i = 0; i < kLeafSize; ++i) l[i].fetch_and(~uintptr_t{1}, std::memory_order_relaxed);
+    for (int i = 0; i < kLeafSize; ++i) l[i].fetch_and(~kLockBit, std::memory_order_relaxed);
   }
 }
 

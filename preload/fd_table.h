@@ -4,7 +4,9 @@
 // path of every read() and write() on a file or pipe). For tracked ones a
 // per-slot lock bit is held only while the entry's reference count is bumped,
 // so a close() racing with a call in another thread can never free an entry
-// that call is still using.
+// that call is still using. A stream that settled on plain TCP for good is
+// marked in its slot, so the data and epoll hooks skip it at the cost of an
+// untracked one (get_unless_plain).
 #pragma once
 
 #include <sys/socket.h>
@@ -97,6 +99,12 @@ class FdTable {
 
   // The entry for fd with a reference held, or empty.
   Ref get(int fd);
+  // get(), but empty at the cost of one load for a slot marked plain.
+  Ref get_unless_plain(int fd);
+  // Marks fd's slot plain if it still holds e: a stream whose both
+  // directions are raw TCP for good (or that never had a connection), whose
+  // hooks only pass calls through. The entry stays (close() needs it).
+  void mark_plain(int fd, const Entry* e);
   // Stores e for fd (taking a reference); returns false if fd is out of range.
   bool set(int fd, Entry* e);
   // Removes fd's entry and returns the table's reference to it (or nullptr).
@@ -121,7 +129,7 @@ class FdTable {
       Slot* l = leaf.load(std::memory_order_relaxed);
       if (!l) continue;
       for (int i = 0; i < kLeafSize; ++i) {
-        uintptr_t v = l[i].load(std::memory_order_relaxed) & ~uintptr_t{1};
+        uintptr_t v = l[i].load(std::memory_order_relaxed) & ~kFlagBits;
         if (v) f(reinterpret_cast<Entry*>(v));
       }
     }
@@ -131,13 +139,37 @@ class FdTable {
   static constexpr int kLeafBits = 10;
   static constexpr int kLeafSize = 1 << kLeafBits;
   static constexpr int kLeaves = kMaxFd / kLeafSize;
-  using Slot = std::atomic<uintptr_t>;  // Entry* with bit 0 as the slot lock
+  // Entry* with bit 0 as the slot lock and bit 1 as the plain mark (Entry
+  // is aligned to at least 8).
+  using Slot = std::atomic<uintptr_t>;
+  static constexpr uintptr_t kLockBit = 1, kPlainBit = 2, kFlagBits = kLockBit | kPlainBit;
+  static_assert(alignof(Entry) > kFlagBits, "the flag bits are an Entry address's low bits");
 
   Slot* slot(int fd, bool create);
+  static Slot* find(const std::atomic<Slot*>* leaves, int fd) {
+    if (static_cast<unsigned>(fd) >= static_cast<unsigned>(kMaxFd)) return nullptr;
+    Slot* l = leaves[fd >> kLeafBits].load(std::memory_order_acquire);
+    return l ? &l[fd & (kLeafSize - 1)] : nullptr;
+  }
+  Ref get_locked(Slot& s);
   static uintptr_t lock(Slot& s);
   std::atomic<Slot*> leaves_[kLeaves] = {};
 };
 
 FdTable& table();
+
+inline Ref FdTable::get(int fd) {
+  Slot* s = find(leaves_, fd);
+  if (!s || s->load(std::memory_order_relaxed) == 0) return Ref();  // the untracked fast path
+  return get_locked(*s);
+}
+
+inline Ref FdTable::get_unless_plain(int fd) {
+  Slot* s = find(leaves_, fd);
+  if (!s) return Ref();
+  uintptr_t v = s->load(std::memory_order_relaxed);
+  if (v == 0 || (v & kPlainBit)) return Ref();
+  return get_locked(*s);
+}
 
 }  // namespace rdmashim::preload

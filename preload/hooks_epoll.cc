@@ -849,15 +849,20 @@ int epoll_create1(int flags) {
 }
 
 int epoll_ctl(int epfd, int op, int fd, epoll_event* ev) {
-  // An event loop's daemon registers its listener once, long before its
-  // first accept: take over its advertisement there.
-  if (op == EPOLL_CTL_ADD) take_over_listener(fd);
-  std::shared_ptr<EpollSet> set = epoll_set(epfd);
-  if (!set) return real().epoll_ctl(epfd, op, fd, ev);
   // Upgradable streams (not yet decided, or on a ring) and our own epoll
   // sets are ours; so is a descriptor we registered earlier, until deleted.
-  Ref target = table().get(fd);
-  if (!target || target->kind.load() != Entry::Kind::kEpoll || !target->epoll) {
+  // One look at the table for the target (event loops make this call per
+  // request), and none at all for a stream that settled plain.
+  Ref target = table().get_unless_plain(fd);
+  // An event loop's daemon registers its listener once, long before its
+  // first accept: take over its advertisement there.
+  if (target && target->kind.load() == Entry::Kind::kListener) {
+    if (op == EPOLL_CTL_ADD) take_over_listener(*target.get());
+    target = Ref();
+  }
+  std::shared_ptr<EpollSet> set = epoll_set(epfd);
+  if (!set) return real().epoll_ctl(epfd, op, fd, ev);
+  if (target && (target->kind.load() != Entry::Kind::kEpoll || !target->epoll)) {
     target = Ref();
     target = active_stream(fd);
   }

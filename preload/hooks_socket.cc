@@ -241,11 +241,14 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
 }  // namespace
 
 void take_over_listener(int fd) {
-  Ref l = table().get(fd);
-  if (!l || l->kind.load() != Entry::Kind::kListener) return;
+  if (Ref l = table().get(fd)) take_over_listener(*l.get());
+}
+
+void take_over_listener(Entry& l) {
+  if (l.kind.load() != Entry::Kind::kListener) return;
   int saved = errno;
-  std::lock_guard<std::mutex> lock(l->mu);  // two threads of one child
-  discovery::take_over_remote(&l->remote);
+  std::lock_guard<std::mutex> lock(l.mu);  // two threads of one child
+  discovery::take_over_remote(&l.remote);
   errno = saved;
 }
 

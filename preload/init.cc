@@ -102,7 +102,7 @@ const sys::Table& real() {
 }
 
 Ref active_stream(int fd) {
-  Ref e = table().get(fd);
+  Ref e = table().get_unless_plain(fd);
   if (!e) return e;
   Entry::Kind kind = e->kind.load(std::memory_order_relaxed);
   if (kind == Entry::Kind::kPending) {
@@ -113,7 +113,11 @@ Ref active_stream(int fd) {
     if (!e) return e;
     kind = e->kind.load(std::memory_order_relaxed);
   }
-  if (kind != Entry::Kind::kStream || !e->conn || e->conn->passthrough()) return Ref();
+  if (kind != Entry::Kind::kStream) return Ref();
+  if (!e->conn || e->conn->passthrough()) {
+    table().mark_plain(fd, e.get());  // for good: the next call costs one load
+    return Ref();
+  }
   return e;
 }
 
