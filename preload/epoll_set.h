@@ -126,6 +126,7 @@ struct EpollSet {
   // greeting).
   static constexpr int kDeferOff = 8, kDeferScoreMax = 16;
   int defer_score = 0;
+  bool deferred_unlooked = false;  // a deferred ADD may wait for its look (look_deferred walks only then)
   uint32_t defer_turn = 0;
   bool defer_wanted() { return defer_score < kDeferOff || (++defer_turn & 15) == 0; }
   void deferred_looked(bool readable) {

@@ -170,6 +170,7 @@ int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
   }
   r.deferred = true;
   r.deferred_look = 0;
+  set.deferred_unlooked = true;
   return -1;
 }
 
@@ -334,6 +335,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
       if (fresh && op == EPOLL_CTL_ADD && may_defer(*reg) && set.defer_wanted()) {
         reg->deferred = true;
         reg->deferred_look = 0;
+        set.deferred_unlooked = true;
         drop_native(set, fd);
         return 0;
       }
@@ -407,11 +409,16 @@ uint32_t deferred_ready(EpollReg& r) {
 // Returns how many reported. When none did, they go into the kernel now,
 // before the caller may sleep; else at the next wait (tidy), if still there.
 int look_deferred(EpollSet& set, int epfd, epoll_event* ev, int max) {
+  if (!set.deferred_unlooked) return 0;  // no walk of a set of 500 at every wait
   int have = 0;
-  bool any = false;
+  bool any = false, left = false;
   for (auto& rp : set.regs) {
     EpollReg& r = *rp;
-    if (!r.deferred || r.deferred_look != 0 || r.lingering || have >= max) continue;
+    if (!r.deferred || r.deferred_look != 0) continue;
+    if (r.lingering || have >= max) {
+      left = true;  // still to look at, once added again or when there is room
+      continue;
+    }
     any = true;
     r.deferred_look = set.waits;
     if (r.disabled) continue;
@@ -419,6 +426,7 @@ int look_deferred(EpollSet& set, int epfd, epoll_event* ev, int max) {
     set.deferred_looked((ready & (EPOLLIN | EPOLLRDNORM | EPOLLRDHUP | EPOLLHUP | EPOLLERR)) != 0);
     if (uint32_t e = report_of(r, ready)) ev[have++] = epoll_event{e, r.data};
   }
+  set.deferred_unlooked = left;
   if (any && have == 0) {
     set.remove_if([&](EpollReg& r) {
       return r.deferred && r.deferred_look == set.waits && commit_deferred(set, epfd, r, true) == 1;
