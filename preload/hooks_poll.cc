@@ -36,7 +36,7 @@ namespace {
 // woken for), or an epoll set of ours holding such streams.
 Ref managed_stream(int fd) {
   if (fd < 0) return Ref();
-  Ref e = table().get(fd);
+  Ref e = table().get_unless_plain(fd);  // a stream settled plain: the kernel's word, for one load
   if (!e) return e;
   if (e->kind.load() == Entry::Kind::kEpoll) return e->epoll && has_regs(*e->epoll) ? std::move(e) : Ref();
   e = Ref();
