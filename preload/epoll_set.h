@@ -90,6 +90,16 @@ class FdIndex {
   std::vector<std::unique_ptr<EpollReg*[]>> leaves_;
 };
 
+// One armed connection of a sleep: what it armed, and the slot of its
+// doorbell in a poll() array, or where in the epoll sets it sits
+// (edge-triggered): in the one waited on, or in a set nested there.
+constexpr int kInWaitedSet = -1, kInNestedSet = -2;
+struct Armed {
+  Ref ref;
+  unsigned what;
+  int slot;
+};
+
 // A registration the kernel holds natively for a socket that may still
 // become an upgradable stream (added before connect() completed).
 struct NativeReg {
@@ -108,10 +118,18 @@ struct NativeReg {
 // tag() + slot for a record. A tag whose record is gone (an event queued
 // before it went, or a socket still open in a deferred close) is still
 // ours, and dropped.
-struct EpollSet {
+struct EpollSet : std::enable_shared_from_this<EpollSet> {
   static constexpr uint32_t kTagSlots = 16384;  // records beyond it share tag()
 
   std::mutex mu;
+  // Threads asleep on this set (or on one it is nested in), counted from
+  // arm_all until they wake (SleepingOnSets), and what epoll_ctl armed for
+  // them meanwhile: they armed the records they found, and a socket on its
+  // rings added, re-armed or asked for more since would ring no doorbell
+  // (asio registers sockets from its handlers while its reactor thread
+  // sleeps). The last of them to wake disarms it.
+  int sleepers = 0;
+  std::vector<Armed> armed_for_sleepers;
   std::vector<std::unique_ptr<EpollReg>> regs;
   std::vector<NativeReg> natives;
   int rotate = 0;          // fairness among our registrations when more are ready than fit
@@ -221,22 +239,12 @@ bool has_regs(EpollSet& s);
 short set_events(EpollSet& s, short want, short kernel, int depth);
 // A TCP socket not connected (yet), which may become a stream (connecting.cc).
 bool may_become_stream(int fd);
-// One armed connection of a sleep: what it armed, and the slot of its
-// doorbell in a poll() array, or where in the epoll sets it sits
-// (edge-triggered): in the one waited on, or in a set nested there.
-constexpr int kInWaitedSet = -1, kInNestedSet = -2;
-struct Armed {
-  Ref ref;
-  unsigned what;
-  int slot;
-};
-// arm_all also brings `wake` forward to the earliest handshake prefix deadline.
-bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake);
 
 // Held by a thread from before it arms a set of ours (arm_all) until its
 // sleep ends. While none is held, epoll_ctl may leave the kernel's
 // registration as it is (a MOD or an add that changes only our record):
-// its only other effect would be to wake a sleeper.
+// its only other effect would be to wake a sleeper. Each set armed under
+// it counts the sleeper (EpollSet::sleepers) until end().
 class SleepingOnSets {
  public:
   SleepingOnSets();
@@ -244,6 +252,13 @@ class SleepingOnSets {
   SleepingOnSets(const SleepingOnSets&) = delete;
   SleepingOnSets& operator=(const SleepingOnSets&) = delete;
   static bool anyone();
+  void enter(EpollSet& s);  // s.mu held
+  void end();               // awake: no longer counted on its sets
+ private:
+  std::vector<std::shared_ptr<EpollSet>> sets_;
 };
+
+// arm_all also brings `wake` forward to the earliest handshake prefix deadline.
+bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake, SleepingOnSets& sleep);
 
 }  // namespace rdmashim::preload

@@ -174,6 +174,34 @@ int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
   return -1;
 }
 
+// Registers the doorbell of r's connection (on its rings) in the kernel's
+// set, once. set.mu held.
+void add_doorbell(EpollSet& set, int epfd, EpollReg& r) {
+  if (r.doorbell_added) return;
+  epoll_event k{};
+  k.events = EPOLLIN | EPOLLET;
+  k.data.u64 = set.tag();
+  int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, r.entry->conn->doorbell(), &k);
+  r.doorbell_added = rc == 0 || errno == EEXIST;
+}
+
+// The sleepers on the set armed the records they found before they slept;
+// r, added or changed since, is armed here for them (EpollSet::sleepers).
+// A socket not on its rings needs nothing: what moves it there (a Hello, a
+// Switch) is an edge on its TCP side. set.mu held.
+void arm_for_sleepers(EpollSet& set, int epfd, EpollReg& r) {
+  if (set.sleepers == 0 || r.inner() || r.disabled || r.lingering || !r.entry->conn->on_ring()) return;
+  auto events = static_cast<short>(r.events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM));
+  unsigned want = Connection::arms_for(events);
+  // Once per connection and direction, however many MODs a long sleep sees.
+  for (const Armed& a : set.armed_for_sleepers)
+    if (a.ref.get() == r.entry.get()) want &= ~a.what;
+  if (want == 0) return;
+  add_doorbell(set, epfd, r);
+  short ask = static_cast<short>(((want & Link::kWaitData) ? POLLIN : 0) | ((want & Link::kWaitSpace) ? POLLOUT : 0));
+  set.armed_for_sleepers.push_back({share(r.entry.get()), r.entry->conn->arm(ask), kInWaitedSet});
+}
+
 // Brings the kernel's registration under r's tag up to date after the
 // program's ADD or MOD changed r (r.events and the rest are already new),
 // or after a native registration became r. `fresh`: the kernel has none
@@ -183,9 +211,10 @@ int commit_deferred(EpollSet& set, int epfd, EpollReg& r, bool quiet) {
 // direction is missing, and then for all asked so far, so a loop that
 // toggles its interest per request makes no call. With one asleep the call
 // is made, as the program's would be: it wakes the sleeper if the socket is
-// ready, and if r is ready on its ring, EPOLLOUT on the quiet (writable)
-// TCP side makes the edge that wakes it.
-int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
+// ready, and if r is ready on its ring (armed for the sleepers first, so
+// what comes after the look rings), EPOLLOUT on the quiet (writable) TCP
+// side makes the edge that wakes it.
+int update_kernel_reg(EpollSet& set, int epfd, EpollReg& r, epoll_event k, bool fresh) {
   if (r.deferred) {  // the kernel has none yet: a MOD of the program's
     if (may_defer(r)) return 0;
     fresh = true;
@@ -193,8 +222,9 @@ int update_kernel_reg(int epfd, EpollReg& r, epoll_event k, bool fresh) {
   if (!SleepingOnSets::anyone()) {
     if (!fresh && (k.events & ~r.kernel_events) == 0) return 0;
     if (!fresh) k.events |= r.kernel_events;
-  } else if (!r.inner() && r.entry->conn->on_ring() && reg_peek(r, 1)) {
-    k.events |= EPOLLOUT;
+  } else if (!r.inner() && r.entry->conn->on_ring()) {
+    arm_for_sleepers(set, epfd, r);
+    if (reg_peek(r, 1)) k.events |= EPOLLOUT;
   }
   if (real().epoll_ctl(epfd, fresh ? EPOLL_CTL_ADD : EPOLL_CTL_MOD, r.fd, &k) != 0) return -1;
   r.deferred = false;
@@ -235,7 +265,7 @@ void adopt_natives(EpollSet& set, int epfd) {
     r->events = n.ev.events;
     r->data = n.ev.data;
     EpollReg* reg = set.add(std::move(r));
-    if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), n.ev.events, false), false) != 0) set.remove(reg);
+    if (update_kernel_reg(set, epfd, *reg, kernel_reg(set.tag_of(*reg), n.ev.events, false), false) != 0) set.remove(reg);
   }
 }
 
@@ -340,7 +370,7 @@ int epoll_ctl_virtual(EpollSet& set, int epfd, int op, int fd, epoll_event* ev, 
         return 0;
       }
       // A native registration is converted by MOD, like a record of ours.
-      if (update_kernel_reg(epfd, *reg, kernel_reg(set.tag_of(*reg), ev->events, is_set),
+      if (update_kernel_reg(set, epfd, *reg, kernel_reg(set.tag_of(*reg), ev->events, is_set),
                             fresh && op == EPOLL_CTL_ADD) != 0) {
         int err = errno;
         // ENOENT: the descriptor was closed meanwhile.
@@ -687,7 +717,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
     std::vector<Armed> armed;
     int64_t wake = dl;
     SleepingOnSets sleeping;
-    bool ready = arm_all(set, epfd, armed, 1, wake);
+    bool ready = arm_all(set, epfd, armed, 1, wake, sleeping);
     // Clients in the set still connecting: their connect wakes us too (the
     // Hello goes out); the set's events are collected at the next turn.
     watch.clear();
@@ -715,6 +745,7 @@ int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t 
         a.ref->conn->disarm(a.what, false);
       }
     }
+    sleeping.end();
     if (n < 0) {
       errno = err;
       return -1;  // EINTR: epoll_wait is never restarted
@@ -762,8 +793,9 @@ short set_events(EpollSet& s, short want, short kernel, int depth) {
 
 // Arms every upgraded registration (adding its doorbell to the kernel set
 // once), inner sets' included; returns true if one turned ready meanwhile.
-bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake) {
+bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int64_t& wake, SleepingOnSets& sleep) {
   std::lock_guard<std::mutex> lock(set.mu);
+  sleep.enter(set);
   bool ready = false;
   // Nothing deferred sleeps outside the kernel's set (a refused ADD: a look
   // every millisecond).
@@ -776,7 +808,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
   for (auto& r : set.regs) {
     if (r->disabled || r->lingering) continue;
     if (EpollSet* in = r->inner()) {
-      if (depth < kMaxEpollDepth && arm_all(*in, r->fd, armed, depth + 1, wake)) ready = true;
+      if (depth < kMaxEpollDepth && arm_all(*in, r->fd, armed, depth + 1, wake, sleep)) ready = true;
       continue;
     }
     Connection& c = *r->entry->conn;
@@ -790,13 +822,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
       if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0) r->kernel_events = k.events;
     }
     if (c.on_ring()) {
-      if (!r->doorbell_added) {
-        epoll_event k{};
-        k.events = EPOLLIN | EPOLLET;
-        k.data.u64 = set.tag();
-        int rc = real().epoll_ctl(epfd, EPOLL_CTL_ADD, c.doorbell(), &k);
-        r->doorbell_added = rc == 0 || errno == EEXIST;
-      }
+      add_doorbell(set, epfd, *r);
       unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
       armed.push_back({share(r->entry.get()), what, depth == 1 ? kInWaitedSet : kInNestedSet});
     }
@@ -817,8 +843,26 @@ namespace {
 std::atomic<int> sleeping_on_sets{0};
 }
 SleepingOnSets::SleepingOnSets() { sleeping_on_sets.fetch_add(1, std::memory_order_seq_cst); }
-SleepingOnSets::~SleepingOnSets() { sleeping_on_sets.fetch_sub(1, std::memory_order_seq_cst); }
+SleepingOnSets::~SleepingOnSets() {
+  end();
+  sleeping_on_sets.fetch_sub(1, std::memory_order_seq_cst);
+}
 bool SleepingOnSets::anyone() { return sleeping_on_sets.load(std::memory_order_seq_cst) != 0; }
+void SleepingOnSets::enter(EpollSet& s) {
+  ++s.sleepers;
+  sets_.push_back(s.shared_from_this());
+}
+void SleepingOnSets::end() {
+  for (auto& s : sets_) {
+    std::vector<Armed> armed;
+    {
+      std::lock_guard<std::mutex> lock(s->mu);
+      if (--s->sleepers == 0) armed.swap(s->armed_for_sleepers);
+    }
+    for (auto& a : armed) a.ref->conn->disarm(a.what, false);
+  }
+  sets_.clear();
+}
 
 void forget_in_epoll_sets(int fd, bool lingering_only) {
   std::vector<std::pair<int, std::shared_ptr<EpollSet>>> sets;

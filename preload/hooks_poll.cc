@@ -181,7 +181,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       k[nfds + j] = {-1, POLLIN, 0};
       if (v->epoll) {
         if (!sleeping) sleeping.emplace();
-        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake) || ready;
+        ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake, *sleeping) || ready;
       } else {
         wake = earliest(wake, v->conn->wake_deadline());
         if (v->conn->on_ring()) {
@@ -220,6 +220,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       }
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
+    if (sleeping) sleeping->end();
     if (spin && ring_ready()) spin->found();
     if (r < 0) {
       errno = err;

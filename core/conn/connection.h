@@ -128,6 +128,7 @@ class Connection {
   // the doorbell's edge in epoll_wait (EPOLLET), nothing to drain now.
   int doorbell();
   unsigned arm(short events);
+  static unsigned arms_for(short events);  // what arm(events) arms
   void disarm(unsigned armed, bool rung);
   void disarm_edge(unsigned armed);
   // Counters for edge-triggered epoll. On the ring rx moves when bytes

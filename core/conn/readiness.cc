@@ -333,9 +333,12 @@ int Connection::doorbell() {
 }
 
 // Only called while on_ring(): the transport then lives as long as we do.
+unsigned Connection::arms_for(short events) {
+  return ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
+         ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
+}
 unsigned Connection::arm(short events) {
-  unsigned what = ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
-                  ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
+  unsigned what = arms_for(events);
   transport_->link().prepare_sleep(what);
   note_maintenance();  // an offer that woke this sleeper is adopted before the next sleep
   return what;
