@@ -332,11 +332,11 @@ int Connection::doorbell() {
   return wake_fd_;
 }
 
-// Only called while on_ring(): the transport then lives as long as we do.
 unsigned Connection::arms_for(short events) {
   return ((events & (POLLIN | POLLRDNORM)) ? Link::kWaitData : 0u) |
          ((events & (POLLOUT | POLLWRNORM)) ? Link::kWaitSpace : 0u);
 }
+// Only called while on_ring(): the transport then lives as long as we do.
 unsigned Connection::arm(short events) {
   unsigned what = arms_for(events);
   transport_->link().prepare_sleep(what);
