@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "preload.h"
+#include "util/kick.h"
 
 namespace rdmashim::preload {
 
@@ -130,6 +131,11 @@ struct EpollSet : std::enable_shared_from_this<EpollSet> {
   // sleeps). The last of them to wake disarms it.
   int sleepers = 0;
   std::vector<Armed> armed_for_sleepers;
+  // In the kernel's set under tag(), made at the first sleep that found a
+  // socket not on its rings yet (Connection::watch_switch); counts the
+  // sleepers as they come and go. kick_refused: none could be made.
+  std::shared_ptr<Kick> kick;
+  bool kick_refused = false;
   std::vector<std::unique_ptr<EpollReg>> regs;
   std::vector<NativeReg> natives;
   int rotate = 0;          // fairness among our registrations when more are ready than fit

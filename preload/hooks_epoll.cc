@@ -185,6 +185,23 @@ void add_doorbell(EpollSet& set, int epfd, EpollReg& r) {
   r.doorbell_added = rc == 0 || errno == EEXIST;
 }
 
+// A sleeper on the set, about to sleep, leaves the set's kick with c (not
+// on its rings yet): made and put in the kernel's set once. set.mu held.
+void watch_switch(EpollSet& set, int epfd, Connection& c) {
+  if (!set.kick && !set.kick_refused) {
+    std::shared_ptr<Kick> kick = Kick::make(Kick::Owner::kEpollSet);
+    epoll_event k{};
+    k.events = EPOLLIN | EPOLLET;
+    k.data.u64 = set.tag();
+    if (kick && real().epoll_ctl(epfd, EPOLL_CTL_ADD, kick->fd(), &k) == 0) {
+      kick->asleep(set.sleepers);
+      set.kick = std::move(kick);
+    }
+    set.kick_refused = !set.kick;
+  }
+  if (set.kick) c.watch_switch(set.kick);
+}
+
 // The sleepers on the set armed the records they found before they slept;
 // r, added or changed since, is armed here for them (EpollSet::sleepers).
 // A socket not on its rings needs nothing: what moves it there (a Hello, a
@@ -821,6 +838,7 @@ bool arm_all(EpollSet& set, int epfd, std::vector<Armed>& armed, int depth, int6
       k.data.u64 = set.tag_of(*r);
       if (real().epoll_ctl(epfd, EPOLL_CTL_MOD, r->fd, &k) == 0) r->kernel_events = k.events;
     }
+    if (!c.on_ring() && !c.passthrough()) watch_switch(set, epfd, c);
     if (c.on_ring()) {
       add_doorbell(set, epfd, *r);
       unsigned what = c.arm(static_cast<short>(r->events & (EPOLLIN | EPOLLRDNORM | EPOLLOUT | EPOLLWRNORM)));
@@ -850,6 +868,7 @@ SleepingOnSets::~SleepingOnSets() {
 bool SleepingOnSets::anyone() { return sleeping_on_sets.load(std::memory_order_seq_cst) != 0; }
 void SleepingOnSets::enter(EpollSet& s) {
   ++s.sleepers;
+  if (s.kick) s.kick->asleep(1);
   sets_.push_back(s.shared_from_this());
 }
 void SleepingOnSets::end() {
@@ -857,6 +876,7 @@ void SleepingOnSets::end() {
     std::vector<Armed> armed;
     {
       std::lock_guard<std::mutex> lock(s->mu);
+      if (s->kick) s->kick->asleep(-1);
       if (--s->sleepers == 0) armed.swap(s->armed_for_sleepers);
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, false);

@@ -103,6 +103,32 @@ void settle_connects(pollfd* fds, const std::vector<pollfd>& k, nfds_t nfds, std
   connecting.swap(still);
 }
 
+// This thread's kick (Connection::watch_switch) for one sleep: counted
+// asleep from the first socket it watches until the wake-up.
+class SleepKick {
+ public:
+  SleepKick() = default;
+  SleepKick(const SleepKick&) = delete;
+  SleepKick& operator=(const SleepKick&) = delete;
+  ~SleepKick() { forget(); }
+  void watch(Connection& c) {
+    if (!kick_) {
+      if (!(kick_ = thread_kick())) return;
+      kick_->asleep(1);
+    }
+    c.watch_switch(kick_);
+  }
+  int fd() const { return kick_ ? kick_->fd() : -1; }
+  void drain() { kick_->drain(); }
+  void forget() {
+    if (kick_) kick_->asleep(-1);
+    kick_.reset();
+  }
+
+ private:
+  std::shared_ptr<Kick> kick_;
+};
+
 // poll/ppoll/select/pselect all come here when a virtual descriptor, or a
 // client still connecting, is among theirs. Returns what poll() would, with
 // errno set on -1.
@@ -176,6 +202,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     bool ready = false;
     int64_t wake = dl;
     std::optional<SleepingOnSets> sleeping;
+    SleepKick kick;
     for (size_t j = 0; j < vidx.size(); ++j) {
       const Ref& v = virt[vidx[j]];
       k[nfds + j] = {-1, POLLIN, 0};
@@ -184,6 +211,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
         ready = arm_all(*v->epoll, fds[vidx[j]].fd, armed, 1, wake, *sleeping) || ready;
       } else {
         wake = earliest(wake, v->conn->wake_deadline());
+        if (!v->conn->on_ring() && !v->conn->passthrough()) kick.watch(*v->conn);
         if (v->conn->on_ring()) {
           unsigned what = v->conn->arm(fds[vidx[j]].events);
           armed.push_back({share(v.get()), what, static_cast<int>(nfds + j)});
@@ -199,6 +227,7 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
     for (size_t j = 0; j < connecting.size(); ++j) k[nfds + vidx.size() + j] = {fds[connecting[j]].fd, POLLOUT, 0};
     // Those an epoll set of ours among fds holds, appended (slots past nfds only).
     for (nfds_t i = 0; i < nfds; ++i) connecting_in_set(fds[i].fd, k, quiet);
+    if (kick.fd() >= 0) k.push_back({kick.fd(), POLLIN, 0});  // last, taken off again after the sleep
     for (nfds_t v : vidx) ready = ready || virtual_events(virt[v], fds[v].events, 0) != 0;
     // A direction that left its ring meanwhile (a Downgrade read above) is the
     // kernel's again: what we ask of the kernel changed, so look again first.
@@ -215,9 +244,14 @@ int poll_mixed(pollfd* fds, nfds_t nfds, int64_t dl, const sigset_t* mask, sys::
       err = errno;
       slept = r >= 0;
       if (r < 0 && err == EINVAL && k.size() > nfds) {
-        // Its answer covers the virtual descriptors only.
+        // Its answer covers the virtual descriptors only (the kick has no room).
+        if (kick.fd() >= 0) k.pop_back(), kick.forget();
         r = sleep_within_nofile(k, vidx, connecting, nfds, sleep_dl, mask, how), err = errno;
       }
+    }
+    if (kick.fd() >= 0) {
+      if (r > 0 && k.back().revents != 0) kick.drain();
+      k.pop_back();
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, a.slot >= 0 && r > 0 && k[a.slot].revents != 0);
     if (sleeping) sleeping->end();

@@ -12,6 +12,7 @@
 #include "conn/thread_epoll.h"
 #include "preload.h"
 #include "util/config.h"
+#include "wait_common.h"
 #include "util/fd_budget.h"
 #include "util/process.h"
 #include "util/stats.h"
@@ -39,6 +40,7 @@ void on_fork_child() {
   table().reset_locks_after_fork();
   stats::after_fork_child();
   thread_epoll::after_fork_child();  // the parent's instance, not ours
+  forget_thread_kick();              // the same
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

@@ -31,4 +31,22 @@ bool bad_timespec(const timespec* ts) {
   return ts && (ts->tv_sec < 0 || ts->tv_nsec < 0 || ts->tv_nsec >= 1'000'000'000);
 }
 
+namespace {
+struct ThreadKick {
+  std::shared_ptr<Kick> kick;
+  bool refused = false;
+};
+thread_local ThreadKick t_kick;
+}  // namespace
+
+std::shared_ptr<Kick> thread_kick() {
+  if (!t_kick.kick && !t_kick.refused) {
+    t_kick.kick = Kick::make(Kick::Owner::kThread);
+    t_kick.refused = !t_kick.kick;
+  }
+  return t_kick.kick;
+}
+
+void forget_thread_kick() { t_kick = ThreadKick(); }
+
 }  // namespace rdmashim::preload

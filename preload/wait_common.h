@@ -9,9 +9,11 @@
 #include <time.h>
 
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "conn/connection.h"
+#include "util/kick.h"
 #include "util/misc.h"
 #include "util/spin.h"
 
@@ -36,6 +38,14 @@ inline int64_t earliest(int64_t dl, uint64_t prefix) {
 // their kernel edge is spent. Rare and brief.
 constexpr uint64_t kUnsettledLookNs = 1'000'000;
 inline int64_t look_again_soon(int64_t dl) { return earliest(dl, now_ns() + kUnsettledLookNs); }
+
+// This thread's kick (util/kick.h) for the poll family's sleeps, made at
+// the first one that needs it, above the soft limit only (one per thread);
+// null when none could be made. A forked child forgets its copy (the
+// parent's descriptor: a level-triggered kick drained by one of the two
+// would be missed by the other).
+std::shared_ptr<Kick> thread_kick();
+void forget_thread_kick();
 
 // About to sleep: idle elastic rings of this process give pages back
 // (Connection::release_idle_memory). Returns the deadline to sleep until:

@@ -42,6 +42,7 @@
 #include "shm/rendezvous.h"
 #include "sys/calls.h"
 #include "util/fd_budget.h"
+#include "util/kick.h"
 #include "util/stats.h"
 #include "util/unique_fd.h"
 #include "wire/wire.h"
@@ -131,6 +132,12 @@ class Connection {
   static unsigned arms_for(short events);  // what arm(events) arms
   void disarm(unsigned armed, bool rung);
   void disarm_edge(unsigned armed);
+  // A waiter about to sleep while neither direction is on the ring relies
+  // on the TCP edge of the peer's Switch to come back and arm() it; a read
+  // in another thread may take the Switch first (util/kick.h). It leaves
+  // its kick here, then looks at on_ring() again: either it sees the ring,
+  // or taking the Switch rings the kick.
+  void watch_switch(const std::shared_ptr<Kick>& kick);
   // Counters for edge-triggered epoll. On the ring rx moves when bytes
   // arrive; tx when a write found the ring full (as TCP's EPOLLOUT edge needs
   // SOCK_NOSPACE: credit alone is no edge). While a direction is on TCP they
@@ -417,6 +424,7 @@ class Connection {
   bool drain_rx(unsigned avoid_first, unsigned avoid_last);  // drain_before_close after the flush
   int epipe(int flags);
   int broken(const char* what);
+  void kick_switch_watchers();  // readiness.cc: rx just went on the ring
 
   // Elastic memory (idle_release.cc). tx_mu_ held for note_tx_dirty.
   static constexpr uint64_t kReleaseIntervalNs = 100'000'000;
@@ -490,6 +498,8 @@ class Connection {
   std::unique_ptr<RingChannel> retired_ring_;
   std::mutex wake_mu_;
   int wake_fd_ = -1;             // our own doorbell, for the readiness hooks
+  std::vector<std::shared_ptr<Kick>> switch_watchers_;  // under wake_mu_: rung, and let go, at the rx Switch
+  std::atomic<const Kick*> last_watcher_{nullptr};      // the last one listed (listed until the Switch)
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
   uint64_t peer_final_ = 0;      // ... after this many bytes
   bool tcp_eof_ = false;         // FIN seen on the TCP side

@@ -143,7 +143,8 @@ int Connection::take_frame() {
       RDMASHIM_SCHED_POINT(kSwitchReceived);
       transport_->mark_switched(Transport::Dir::kRx);
       rx_ = Rx::kRing;
-      rx_ring_.store(true, std::memory_order_release);
+      rx_ring_.store(true, std::memory_order_seq_cst);  // before the watchers are read: watch_switch
+      kick_switch_watchers();
       return 1;
     case wire::FrameType::kPlain: {
       RDMASHIM_SCHED_POINT(kPlainReceived);

@@ -343,6 +343,29 @@ unsigned Connection::arm(short events) {
   note_maintenance();  // an offer that woke this sleeper is adopted before the next sleep
   return what;
 }
+void Connection::watch_switch(const std::shared_ptr<Kick>& kick) {
+  // The same waiter at every sleep (an event loop): it stays listed until the Switch.
+  if (last_watcher_.load(std::memory_order_relaxed) == kick.get()) return;
+  std::lock_guard<std::mutex> lock(wake_mu_);
+  if (rx_ring_.load(std::memory_order_relaxed)) return;  // the waiter sees it on the ring
+  last_watcher_.store(kick.get(), std::memory_order_relaxed);
+  for (const auto& k : switch_watchers_)
+    if (k == kick) return;
+  switch_watchers_.push_back(kick);
+}
+
+// rx just went on the ring: the waiters that slept before, counting on the
+// Switch's TCP edge that our read has just spent, come back and arm.
+void Connection::kick_switch_watchers() {
+  std::vector<std::shared_ptr<Kick>> watchers;
+  {
+    std::lock_guard<std::mutex> lock(wake_mu_);
+    if (switch_watchers_.empty()) return;
+    watchers.swap(switch_watchers_);
+  }
+  for (const auto& k : watchers) k->ring();
+}
+
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
 void Connection::disarm_edge(unsigned armed) { transport_->link().finish_edge_sleep(armed); }
 
