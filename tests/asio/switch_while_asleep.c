@@ -16,8 +16,8 @@
 //    after the reader (on CPU 1) took it: the race made certain;
 //  - the client's next byte (its own Switch: nothing the waiter sees), then
 //    the server's reply (its Switch and one byte), read by the reader;
-//  - the hog stops, and the server's second byte must wake the waiter
-//    within 500 ms (its wait ends after 3 s).
+//  - the hog stops, the waiter is a normal thread again, and the server's
+//    second byte must wake it within 500 ms (its wait ends after 3 s).
 //
 // usage: switch_while_asleep epoll|poll [ROUNDS (10)]; exits 0 when every
 // round did, 77 (skipped) on a machine with fewer than two CPUs.
@@ -155,7 +155,17 @@ static int round_once(int i) {
   atomic_store(&g_hog_on, 0);
   pthread_join(h, NULL);
   if (!got) return printf("round %d: the reader never got the server's first byte\n", i), 2;
-  usleep(20000);  // the waiter ran: woken by the Switch, it found nothing (or what we check)
+  // The race is run: the waiter gets a normal share of any CPU again (other
+  // tests may run beside this one), and runs (woken by the Switch, it found
+  // nothing; or by a kick, and it looked).
+  struct sched_param normal = {0};
+  sched_setscheduler(tid, SCHED_OTHER, &normal);
+  cpu_set_t any;
+  CPU_ZERO(&any);
+  CPU_SET(0, &any);
+  CPU_SET(1, &any);
+  sched_setaffinity(tid, sizeof any, &any);
+  usleep(20000);
   double sent = now_ms();
   if (send(s, "x", 1, MSG_NOSIGNAL) != 1) return perror("server send"), 2;
   pthread_join(w, NULL);
