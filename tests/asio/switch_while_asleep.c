@@ -18,9 +18,13 @@
 //    the server's reply (its Switch and one byte), read by the reader;
 //  - the hog stops, the waiter is a normal thread again, and the server's
 //    second byte must wake it within 500 ms (its wait ends after 3 s).
+// "-fresh": the waiter sleeps from before the client's first byte, so its
+// socket has no doorbell yet; the reader takes the Ack and the server's
+// first byte, then the Switch and the second.
 //
-// usage: switch_while_asleep epoll|poll [ROUNDS (10)]; exits 0 when every
-// round did, 77 (skipped) on a machine with fewer than two CPUs.
+// usage: switch_while_asleep epoll|poll|epoll-fresh|poll-fresh [ROUNDS (10)];
+// exits 0 when every round did, 77 (skipped) on a machine with fewer than
+// two CPUs.
 #define _GNU_SOURCE
 #include <errno.h>
 #include <poll.h>
@@ -38,7 +42,7 @@
 
 #include "loopback_pair.h"
 
-static int g_poll_mode, g_ep, g_c;
+static int g_poll_mode, g_fresh, g_ep, g_c;
 static atomic_int g_waiter_tid, g_hog_on;
 static int g_n;
 static unsigned g_events;
@@ -84,14 +88,23 @@ static void* hog(void* arg) {
   return NULL;
 }
 
+static atomic_int g_reader_got;  // bytes the reader took so far
+static int g_reader_wants;
+
 static void* reader(void* arg) {
   (void)arg;
   pin(1);
   char b;
   double until = now_ms() + 2000;
-  while (now_ms() < until)
-    if (recv(g_c, &b, 1, MSG_DONTWAIT) == 1) return (void*)1;
+  while (now_ms() < until && atomic_load(&g_reader_got) < g_reader_wants)
+    if (recv(g_c, &b, 1, MSG_DONTWAIT) == 1) atomic_fetch_add(&g_reader_got, 1);
   return NULL;
+}
+
+static int reader_got(int n) {
+  double until = now_ms() + 2000;
+  while (atomic_load(&g_reader_got) < n && now_ms() < until) usleep(100);
+  return atomic_load(&g_reader_got) >= n;
 }
 
 // Whether thread `tid` sleeps in a wait call (the kernel's, under our hooks too).
@@ -116,16 +129,17 @@ static int asleep_in_wait(int tid) {
 }
 
 static int round_once(int i) {
-  int l, c;
+  int l, c, s = -1;
   char b;
   if (loopback_pair(&l, &c) != 0) return perror("listen/connect"), 2;
-  // The client writes first and the server answers before the client
-  // attached (Ack and reply framed on TCP): both client directions framed.
-  if (send(c, "q", 1, MSG_NOSIGNAL) != 1) return perror("send"), 2;
-  int s = accept(l, NULL, NULL);
-  if (s < 0 || recv(s, &b, 1, MSG_WAITALL) != 1 || send(s, "r", 1, MSG_NOSIGNAL) != 1) return perror("server"), 2;
-  if (recv(c, &b, 1, MSG_WAITALL) != 1) return perror("client"), 2;
-  close(l);
+  if (!g_fresh) {
+    // The client writes first and the server answers before the client
+    // attached (Ack and reply framed on TCP): both client directions framed.
+    if (send(c, "q", 1, MSG_NOSIGNAL) != 1) return perror("send"), 2;
+    s = accept(l, NULL, NULL);
+    if (s < 0 || recv(s, &b, 1, MSG_WAITALL) != 1 || send(s, "r", 1, MSG_NOSIGNAL) != 1) return perror("server"), 2;
+    if (recv(c, &b, 1, MSG_WAITALL) != 1) return perror("client"), 2;
+  }
   g_c = c;
   g_ep = -1;
   if (!g_poll_mode) {
@@ -146,15 +160,32 @@ static int round_once(int i) {
   atomic_store(&g_hog_on, 1);
   pthread_create(&h, NULL, hog, NULL);
   usleep(2000);  // the hog holds CPU 0
-  // The client's next byte switches its own direction: no edge the waiter sees.
-  if (send(c, "q", 1, MSG_NOSIGNAL) != 1 || recv(s, &b, 1, MSG_WAITALL) != 1) return perror("client"), 2;
-  pthread_create(&r, NULL, reader, NULL);
+  atomic_store(&g_reader_got, 0);
+  g_reader_wants = g_fresh ? 2 : 1;
+  if (g_fresh) {
+    // The whole handshake under the waiter: the client's first byte (its
+    // Hello), the server's answer (Ack and one byte framed) taken by the
+    // reader, then the server's Switch and one byte on the ring.
+    if (send(c, "q", 1, MSG_NOSIGNAL) != 1) return perror("send"), 2;
+    s = accept(l, NULL, NULL);
+    if (s < 0 || recv(s, &b, 1, MSG_WAITALL) != 1) return perror("server"), 2;
+    pthread_create(&r, NULL, reader, NULL);
+    if (send(s, "r", 1, MSG_NOSIGNAL) != 1 || !reader_got(1)) return perror("server send"), 2;
+    // The client attached as the reader took the Ack; its next byte is its Switch.
+    if (send(c, "q", 1, MSG_NOSIGNAL) != 1 || recv(s, &b, 1, MSG_WAITALL) != 1) return perror("client"), 2;
+  } else {
+    // The client's next byte switches its own direction: no edge the waiter sees.
+    if (send(c, "q", 1, MSG_NOSIGNAL) != 1 || recv(s, &b, 1, MSG_WAITALL) != 1) return perror("client"), 2;
+    pthread_create(&r, NULL, reader, NULL);
+  }
   if (send(s, "r", 1, MSG_NOSIGNAL) != 1) return perror("server send"), 2;
-  void* got = NULL;
-  pthread_join(r, &got);
+  pthread_join(r, NULL);
+  close(l);
   atomic_store(&g_hog_on, 0);
   pthread_join(h, NULL);
-  if (!got) return printf("round %d: the reader never got the server's first byte\n", i), 2;
+  if (atomic_load(&g_reader_got) < g_reader_wants) {
+    return printf("round %d: the reader never got the server's bytes\n", i), 2;
+  }
   // The race is run: the waiter gets a normal share of any CPU again (other
   // tests may run beside this one), and runs (woken by the Switch, it found
   // nothing; or by a kick, and it looked).
@@ -182,9 +213,11 @@ static int round_once(int i) {
 }
 
 int main(int argc, char** argv) {
-  g_poll_mode = argc > 1 && strcmp(argv[1], "poll") == 0;
-  if (argc < 2 || (!g_poll_mode && strcmp(argv[1], "epoll") != 0)) {
-    fprintf(stderr, "usage: switch_while_asleep epoll|poll [ROUNDS]\n");
+  const char* how = argc > 1 ? argv[1] : "";
+  g_poll_mode = !strncmp(how, "poll", 4);
+  g_fresh = strstr(how, "fresh") != NULL;
+  if (strcmp(how, "epoll") && strcmp(how, "poll") && strcmp(how, "epoll-fresh") && strcmp(how, "poll-fresh")) {
+    fprintf(stderr, "usage: switch_while_asleep epoll|poll|epoll-fresh|poll-fresh [ROUNDS]\n");
     return 2;
   }
   cpu_set_t set;
