@@ -498,8 +498,11 @@ class Connection {
   std::unique_ptr<RingChannel> retired_ring_;
   std::mutex wake_mu_;
   int wake_fd_ = -1;             // our own doorbell, for the readiness hooks
-  std::vector<std::shared_ptr<Kick>> switch_watchers_;  // under wake_mu_: rung, and let go, at the rx Switch
-  std::atomic<const Kick*> last_watcher_{nullptr};      // the last one listed (listed until the Switch)
+  // Under wake_mu_, rung and let go at the rx Switch (watch_switch): one
+  // waiter (an event loop's set), and the rare others.
+  std::shared_ptr<Kick> switch_watcher_;
+  std::vector<std::shared_ptr<Kick>> more_switch_watchers_;
+  std::atomic<const Kick*> last_watcher_{nullptr};  // the last one listed (listed until the Switch)
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
   uint64_t peer_final_ = 0;      // ... after this many bytes
   bool tcp_eof_ = false;         // FIN seen on the TCP side

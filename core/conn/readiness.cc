@@ -347,23 +347,31 @@ void Connection::watch_switch(const std::shared_ptr<Kick>& kick) {
   // The same waiter at every sleep (an event loop): it stays listed until the Switch.
   if (last_watcher_.load(std::memory_order_relaxed) == kick.get()) return;
   std::lock_guard<std::mutex> lock(wake_mu_);
-  if (rx_ring_.load(std::memory_order_relaxed)) return;  // the waiter sees it on the ring
-  last_watcher_.store(kick.get(), std::memory_order_relaxed);
-  for (const auto& k : switch_watchers_)
+  // Paired with kick_switch_watchers: it sees us listed, or we see the ring.
+  last_watcher_.store(kick.get(), std::memory_order_seq_cst);
+  if (rx_ring_.load(std::memory_order_seq_cst)) return;  // the waiter sees it on the ring
+  if (!switch_watcher_ || switch_watcher_ == kick) {
+    switch_watcher_ = kick;
+    return;
+  }
+  for (const auto& k : more_switch_watchers_)
     if (k == kick) return;
-  switch_watchers_.push_back(kick);
+  more_switch_watchers_.push_back(kick);
 }
 
 // rx just went on the ring: the waiters that slept before, counting on the
 // Switch's TCP edge that our read has just spent, come back and arm.
 void Connection::kick_switch_watchers() {
-  std::vector<std::shared_ptr<Kick>> watchers;
+  if (last_watcher_.load(std::memory_order_seq_cst) == nullptr) return;  // nobody ever watched
+  std::shared_ptr<Kick> first;
+  std::vector<std::shared_ptr<Kick>> more;
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
-    if (switch_watchers_.empty()) return;
-    watchers.swap(switch_watchers_);
+    first.swap(switch_watcher_);
+    more.swap(more_switch_watchers_);
   }
-  for (const auto& k : watchers) k->ring();
+  if (first) first->ring();
+  for (const auto& k : more) k->ring();
 }
 
 void Connection::disarm(unsigned armed, bool rung) { transport_->link().finish_sleep(armed, rung); }
