@@ -261,7 +261,9 @@ class SleepingOnSets {
   void enter(EpollSet& s);  // s.mu held
   void end();               // awake: no longer counted on its sets
  private:
-  std::vector<std::shared_ptr<EpollSet>> sets_;
+  // The set waited on, and those nested in it (a sleep on one set allocates nothing).
+  std::shared_ptr<EpollSet> first_;
+  std::vector<std::shared_ptr<EpollSet>> more_;
 };
 
 // arm_all also brings `wake` forward to the earliest handshake prefix deadline.

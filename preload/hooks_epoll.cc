@@ -869,19 +869,26 @@ bool SleepingOnSets::anyone() { return sleeping_on_sets.load(std::memory_order_s
 void SleepingOnSets::enter(EpollSet& s) {
   ++s.sleepers;
   if (s.kick) s.kick->asleep(1);
-  sets_.push_back(s.shared_from_this());
+  if (!first_) {
+    first_ = s.shared_from_this();
+  } else {
+    more_.push_back(s.shared_from_this());
+  }
 }
 void SleepingOnSets::end() {
-  for (auto& s : sets_) {
+  auto leave = [](EpollSet& s) {
     std::vector<Armed> armed;
     {
-      std::lock_guard<std::mutex> lock(s->mu);
-      if (s->kick) s->kick->asleep(-1);
-      if (--s->sleepers == 0) armed.swap(s->armed_for_sleepers);
+      std::lock_guard<std::mutex> lock(s.mu);
+      if (s.kick) s.kick->asleep(-1);
+      if (--s.sleepers == 0) armed.swap(s.armed_for_sleepers);
     }
     for (auto& a : armed) a.ref->conn->disarm(a.what, false);
-  }
-  sets_.clear();
+  };
+  if (first_) leave(*first_);
+  for (auto& s : more_) leave(*s);
+  first_.reset();
+  more_.clear();
 }
 
 void forget_in_epoll_sets(int fd, bool lingering_only) {

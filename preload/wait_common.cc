@@ -47,6 +47,9 @@ std::shared_ptr<Kick> thread_kick() {
   return t_kick.kick;
 }
 
-void forget_thread_kick() { t_kick = ThreadKick(); }
+void forget_thread_kick() {
+  t_kick = ThreadKick();
+  Kick::after_fork_child();
+}
 
 }  // namespace rdmashim::preload

@@ -39,6 +39,8 @@ Kick::~Kick() {
   if (in_range_) g_threads_in_range.fetch_sub(1, std::memory_order_relaxed);
 }
 
+void Kick::after_fork_child() { g_threads_in_range.store(0, std::memory_order_relaxed); }
+
 void Kick::ring() {
   if (asleep_.load(std::memory_order_seq_cst) <= 0) return;
   uint64_t one = 1;

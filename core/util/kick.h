@@ -26,6 +26,8 @@ class Kick {
   // no descriptor of ours fits: the waiter then does without.
   static std::shared_ptr<Kick> make(Owner owner);
   ~Kick();
+  // In a forked child: the parent's other threads' kicks are not ours to count.
+  static void after_fork_child();
 
   int fd() const { return fd_.get(); }
   // Counts the waiters asleep on it (+1 before a sleep's watch_switch
