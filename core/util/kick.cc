@@ -27,6 +27,7 @@ std::shared_ptr<Kick> Kick::make(Owner owner) {
   if (fds::keep_above(k->fd_)) return k;
   if (g_threads_in_range.fetch_add(1, std::memory_order_relaxed) < kMaxThreadsInRange) {
     k->in_range_ = true;  // from here the destructor gives the slot back
+    k->generation_ = fork_generation();
     k->fd_ = new_eventfd();
     if (k->fd_ && fds::keep(k->fd_)) return k;
     return nullptr;
@@ -36,7 +37,7 @@ std::shared_ptr<Kick> Kick::make(Owner owner) {
 }
 
 Kick::~Kick() {
-  if (in_range_) g_threads_in_range.fetch_sub(1, std::memory_order_relaxed);
+  if (in_range_ && generation_ == fork_generation()) g_threads_in_range.fetch_sub(1, std::memory_order_relaxed);
 }
 
 void Kick::after_fork_child() { g_threads_in_range.store(0, std::memory_order_relaxed); }

@@ -40,6 +40,7 @@ class Kick {
  private:
   UniqueFd fd_;
   bool in_range_ = false;  // a thread's, in the program's range (counted)
+  int generation_ = 0;     // the fork generation that made it: only its own counts
   std::atomic<int> asleep_{0};
 };
 
