@@ -44,7 +44,8 @@ struct Entry {
   std::atomic<int> refs{0};  // table slots plus calls in flight
   std::atomic<Kind> kind;
   UniqueFd advert;                   // kListener: keeps the registry entry alive
-  std::unique_ptr<discovery::RemoteAdvert> remote;  // kListener: answers RDMA-CM probes
+  std::unique_ptr<discovery::RemoteAdvert> remote;  // kListener: answers RDMA-CM probes (under mu)
+  bool had_remote = false;  // kListener: `remote` was made, before the entry was published (read without mu)
   std::unique_ptr<Connection> conn;  // kStream
   std::shared_ptr<EpollSet> epoll;   // kEpoll
   // kStream: records of epoll sets that keep it after the program's DEL

@@ -641,14 +641,35 @@ bool nothing_ready_on_rings(EpollSet& set) {
   return true;
 }
 
+// Whether any registration (inner sets' included) is on a ring, so spinning
+// on the rings can pay off. set.mu held; inner sets are locked in turn.
+bool regs_on_ring(EpollSet& set, int depth) {
+  for (auto& r : set.regs) {
+    if (r->disabled || r->lingering) continue;
+    if (EpollSet* in = r->inner()) {
+      if (depth >= kMaxEpollDepth) continue;
+      std::lock_guard<std::mutex> lock(in->mu);
+      if (regs_on_ring(*in, depth + 1)) return true;
+    } else if (r->entry->conn->on_ring()) {
+      return true;
+    }
+  }
+  return false;
+}
+
 // One look without sleeping: the kernel's events for plain descriptors and
-// ours, fairly when they do not all fit. `will_sleep`: the caller sleeps in
-// the kernel's epoll_wait next if this finds nothing (it will not spin).
-// That wait returns at once with whatever the kernel has, so when nothing
-// of ours is ready the kernel need not be asked first: one system call less
-// per wakeup of an event loop.
-int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool will_sleep) {
+// ours, fairly when they do not all fit. `first`: the first look of the
+// program's wait (counted in EpollSet::waits). Says in *on_ring whether a
+// registration is on a ring (the caller spins then). When this first look
+// finds nothing the caller sleeps in the kernel's epoll_wait (unless it
+// spins), which returns at once with whatever the kernel has: so when
+// nothing of ours is ready the kernel need not be asked first, one system
+// call less per wakeup of an event loop.
+int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool first, int64_t dl, bool* on_ring) {
   std::lock_guard<std::mutex> lock(set.mu);
+  if (first) ++set.waits;
+  *on_ring = regs_on_ring(set, 1);
+  const bool will_sleep = first && !expired(dl) && !(*on_ring && Spinner::would_spin());
   ++set.look;  // what an earlier look harvested and never scanned is old news
   tidy(set, epfd);
   if (int have = look_deferred(set, epfd, ev, max)) return have;  // the kernel's list next time
@@ -675,21 +696,6 @@ int collect(EpollSet& set, int epfd, epoll_event* ev, int max, bool will_sleep) 
   return have;
 }
 
-// Whether any registration (inner sets' included) is on a ring, so spinning
-// on the rings can pay off.
-bool any_on_ring(EpollSet& set, int depth) {
-  std::lock_guard<std::mutex> lock(set.mu);
-  for (auto& r : set.regs) {
-    if (r->disabled || r->lingering) continue;
-    if (EpollSet* in = r->inner()) {
-      if (depth < kMaxEpollDepth && any_on_ring(*in, depth + 1)) return true;
-    } else if (r->entry->conn->on_ring()) {
-      return true;
-    }
-  }
-  return false;
-}
-
 bool any_peek(EpollSet& set) {
   std::lock_guard<std::mutex> lock(set.mu);
   for (auto& r : set.regs)
@@ -700,19 +706,14 @@ bool any_peek(EpollSet& set) {
 int epoll_wait_mixed(EpollSet& set, int epfd, epoll_event* ev, int max, int64_t dl, const sigset_t* mask) {
   std::vector<pollfd> watch;
   std::vector<int> quiet;
-  {
-    std::lock_guard<std::mutex> lock(set.mu);
-    ++set.waits;
-  }
   // The first look of a wait that goes to sleep at once (no spin) leaves the
   // kernel's list to the sleep. Later turns look at it: a sleep that also
   // watched connecting clients (a poll) reported the set only as readable.
   bool first = true;
   for (;;) {
-    const bool on_ring = any_on_ring(set, 1);
-    bool will_sleep = first && !expired(dl) && !(on_ring && Spinner::would_spin());
+    bool on_ring = false;
+    int have = collect(set, epfd, ev, max, first, dl, &on_ring);
     first = false;
-    int have = collect(set, epfd, ev, max, will_sleep);
     if (have != 0 || expired(dl)) return have;
 
     // Spin on the rings (and now and then on the kernel's list) first.

@@ -119,6 +119,7 @@ Entry* listener_entry(int fd) {
   e->advert = discovery::advertise(reinterpret_cast<sockaddr*>(&self), len);
   e->syns_kept = discovery::keep_syns(fd);
   e->remote = discovery::advertise_remote(reinterpret_cast<sockaddr*>(&self), len);
+  e->had_remote = e->remote != nullptr;
   return e;
 }
 
@@ -244,8 +245,10 @@ void take_over_listener(int fd) {
   if (Ref l = table().get(fd)) take_over_listener(*l.get());
 }
 
+// Without an RDMA-CM advertisement (no device) there is nothing to take
+// over, and no lock to take at every accept.
 void take_over_listener(Entry& l) {
-  if (l.kind.load() != Entry::Kind::kListener) return;
+  if (l.kind.load() != Entry::Kind::kListener || !l.had_remote) return;
   int saved = errno;
   std::lock_guard<std::mutex> lock(l.mu);  // two threads of one child
   discovery::take_over_remote(&l.remote);
