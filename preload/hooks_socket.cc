@@ -134,14 +134,14 @@ void advertise_listener(int fd) {
 void prepare_accept(int listener) {
   if (config().disabled) return;
   int saved = errno;
-  if (!table().get(listener) && is_tcp_socket(listener)) {
+  if (Ref l = table().get(listener)) {
+    take_over_listener(*l.get());
+  } else if (is_tcp_socket(listener)) {
     int accepting = 0;
     socklen_t len = sizeof accepting;
     if (real().getsockopt(listener, SOL_SOCKET, SO_ACCEPTCONN, &accepting, &len) == 0 && accepting) {
       advertise_listener(listener);
     }
-  } else {
-    take_over_listener(listener);
   }
   errno = saved;
 }
@@ -240,10 +240,6 @@ std::vector<Entry*> forget_range(unsigned first, unsigned last) {
 }
 
 }  // namespace
-
-void take_over_listener(int fd) {
-  if (Ref l = table().get(fd)) take_over_listener(*l.get());
-}
 
 // Without an RDMA-CM advertisement (no device) there is nothing to take
 // over, and no lock to take at every accept.

@@ -32,8 +32,7 @@ Ref active_stream(int fd);
 
 // A listener this process inherited through fork (accept(), epoll_ctl ADD):
 // answers RDMA-CM probes from here, or once its holder has gone.
-void take_over_listener(int fd);
-void take_over_listener(Entry& listener);  // the same, for an entry the caller holds
+void take_over_listener(Entry& listener);
 
 // Starts tracking a connected client socket (sends the Hello if its peer
 // advertised rdmashim on this host, as asked before connecting). `peer` is
