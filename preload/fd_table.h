@@ -66,7 +66,9 @@ struct Entry {
   // that is open, so closing the original while a duplicate lives is fine.
   static constexpr int kMaxAliases = 16;
   int aliases[kMaxAliases];
-  int alias_count = 0;
+  // Changed under mu; read without it where a stale answer only delays (an
+  // epoll set's check for a closed stream: the next look sees it).
+  std::atomic<int> alias_count{0};
 };
 
 class Ref {

@@ -314,11 +314,7 @@ int epoll_ctl_native(EpollSet& set, int epfd, int op, int fd, epoll_event* ev) {
 void drop_stale(EpollSet& set, int fd, const Ref& target) {
   EpollReg* reg = set.find(fd);
   if (!reg) return;
-  bool closed;
-  {
-    std::lock_guard<std::mutex> l(reg->entry->mu);
-    closed = reg->entry->alias_count == 0;
-  }
+  bool closed = reg->entry->alias_count.load(std::memory_order_acquire) == 0;
   if (closed || (target && reg->entry.get() != target.get())) set.remove(reg);
 }
 
@@ -504,11 +500,8 @@ int keep_user_events(EpollSet& set, epoll_event* ev, int n) {
 void tidy(EpollSet& set, int epfd) {
   adopt_natives(set, epfd);
   set.remove_if([&](EpollReg& r) {
-    {
-      // Registrations whose descriptors were all closed are gone for the kernel too.
-      std::lock_guard<std::mutex> l(r.entry->mu);
-      if (r.entry->alias_count == 0) return true;
-    }
+    // Registrations whose descriptors were all closed are gone for the kernel too.
+    if (r.entry->alias_count.load(std::memory_order_acquire) == 0) return true;
     // Deleted by the program and not added back before this wait: now the
     // kernel forgets it too, and its doorbell unless a duplicate is registered.
     if (r.lingering) {
