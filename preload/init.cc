@@ -29,10 +29,14 @@ void before_fork() {
     Ref e = table().get(fd);
     if (e && e->conn) e->conn->settle_before_fork();
   });
+  hold_kicks_for_fork();
   fds::hold_for_fork();  // last: the settles above may place descriptors
 }
 
-void on_fork_parent() { fds::release_after_fork(); }
+void on_fork_parent() {
+  release_kicks_after_fork(false);
+  fds::release_after_fork();
+}
 
 void on_fork_child() {
   fds::release_after_fork();
@@ -40,7 +44,7 @@ void on_fork_child() {
   table().reset_locks_after_fork();
   stats::after_fork_child();
   thread_epoll::after_fork_child();  // the parent's instance, not ours
-  forget_thread_kick();              // the same
+  release_kicks_after_fork(true);    // the same
   // Connections already on a shared-memory ring are now used by two
   // processes (duplicated descriptors share one entry: count each once).
   std::vector<Entry*> seen;

@@ -3,6 +3,8 @@
 
 #include <algorithm>
 #include <climits>
+#include <mutex>
+#include <vector>
 
 namespace rdmashim::preload {
 
@@ -32,24 +34,60 @@ bool bad_timespec(const timespec* ts) {
 }
 
 namespace {
+// Kicks of threads that exited, for the next threads to take: a server that
+// starts a thread per connection makes a few, not one (and its system
+// calls) per connection. Never destroyed: a thread may exit after the
+// static destructors ran.
+struct KickPool {
+  std::mutex mu;
+  std::vector<std::shared_ptr<Kick>> free;
+};
+KickPool& kick_pool() {
+  static KickPool* pool = new KickPool;
+  return *pool;
+}
+
 struct ThreadKick {
   std::shared_ptr<Kick> kick;
   bool refused = false;
+  ~ThreadKick() {
+    if (!kick) return;
+    KickPool& pool = kick_pool();
+    std::lock_guard<std::mutex> lock(pool.mu);
+    pool.free.push_back(std::move(kick));
+  }
 };
 thread_local ThreadKick t_kick;
 }  // namespace
 
 std::shared_ptr<Kick> thread_kick() {
   if (!t_kick.kick && !t_kick.refused) {
-    t_kick.kick = Kick::make(Kick::Owner::kThread);
+    {
+      KickPool& pool = kick_pool();
+      std::lock_guard<std::mutex> lock(pool.mu);
+      if (!pool.free.empty()) {
+        t_kick.kick = std::move(pool.free.back());
+        pool.free.pop_back();
+      }
+    }
+    if (!t_kick.kick) t_kick.kick = Kick::make(Kick::Owner::kThread);
     t_kick.refused = !t_kick.kick;
   }
   return t_kick.kick;
 }
 
-void forget_thread_kick() {
-  t_kick = ThreadKick();
-  Kick::after_fork_child();
+void hold_kicks_for_fork() { kick_pool().mu.lock(); }
+void release_kicks_after_fork(bool child) {
+  KickPool& pool = kick_pool();
+  if (child) {
+    // The parent's descriptors: a level-triggered kick drained by one of
+    // the two processes would be missed by the other.
+    pool.free.clear();
+    t_kick.kick.reset();
+    t_kick.refused = false;
+    Kick::after_fork_child();
+  }
+  pool.mu.unlock();
 }
 
 }  // namespace rdmashim::preload

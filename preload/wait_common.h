@@ -39,13 +39,13 @@ inline int64_t earliest(int64_t dl, uint64_t prefix) {
 constexpr uint64_t kUnsettledLookNs = 1'000'000;
 inline int64_t look_again_soon(int64_t dl) { return earliest(dl, now_ns() + kUnsettledLookNs); }
 
-// This thread's kick (util/kick.h) for the poll family's sleeps, made at
-// the first one that needs it, above the soft limit only (one per thread);
-// null when none could be made. A forked child forgets its copy (the
-// parent's descriptor: a level-triggered kick drained by one of the two
-// would be missed by the other).
+// This thread's kick (util/kick.h) for the poll family's sleeps, taken at
+// the first one that needs it from those of threads that exited, or made
+// (Kick::Owner::kThread); null when none could be. Around fork the pool is
+// held, and a child forgets the parent's kicks (release_kicks_after_fork).
 std::shared_ptr<Kick> thread_kick();
-void forget_thread_kick();
+void hold_kicks_for_fork();
+void release_kicks_after_fork(bool child);
 
 // About to sleep: idle elastic rings of this process give pages back
 // (Connection::release_idle_memory). Returns the deadline to sleep until:
