@@ -19,11 +19,8 @@ namespace {
 // is told apart and slept through.
 constexpr uint64_t kDoorbell = 0, kTcp = 1;
 
-// Where the hard limit leaves no room above the soft one, a thread's epoll
-// goes into the top of the program's range, where connections keep their
-// doorbells (fd_budget.h): at most this many there, process-wide.
-constexpr int kMaxInRange = 4;
-std::atomic<int> g_in_range{0};
+// Threads' instances in the program's range (fds::keep_for_thread).
+fds::ThreadRange g_in_range;
 
 struct State {
   int ep = -1;           // ours (fd_budget.h) while is_ours(ep)
@@ -41,7 +38,7 @@ struct State {
   bool valid() const { return ep >= 0 && fds::is_ours(ep); }
   void drop() {
     if (valid()) fds::close(ep);
-    if (in_range) g_in_range.fetch_sub(1, std::memory_order_relaxed);
+    if (in_range) g_in_range.used.fetch_sub(1, std::memory_order_relaxed);
     in_range = false;
     ep = -1;
     key = 0;
@@ -49,7 +46,7 @@ struct State {
   void forget() {  // after fork: the instance is the parent's too
     drop();
     last_key = 0;
-    g_in_range.store(0, std::memory_order_relaxed);  // the parent's other threads are not here
+    g_in_range.used.store(0, std::memory_order_relaxed);  // the parent's other threads are not here
   }
 };
 thread_local State t;
@@ -61,20 +58,11 @@ bool add(int ep, int fd, uint32_t events, uint64_t data) {
   return sys::real().epoll_ctl(ep, EPOLL_CTL_ADD, fd, &ev) == 0;
 }
 
-// A new epoll instance, one of ours: above the soft limit, else (at most
-// kMaxInRange of them) in the program's range beside the doorbells.
+// A new epoll instance, one of ours (fds::keep_for_thread).
 UniqueFd open_instance(bool* in_range) {
-  UniqueFd fd(sys::real().epoll_create1(EPOLL_CLOEXEC));
-  if (fd && fds::keep_above(fd)) return fd;
-  if (g_in_range.fetch_add(1, std::memory_order_relaxed) < kMaxInRange) {
-    fd.reset(sys::real().epoll_create1(EPOLL_CLOEXEC));
-    if (fd && fds::keep(fd)) {
-      *in_range = true;
-      return fd;
-    }
-  }
-  g_in_range.fetch_sub(1, std::memory_order_relaxed);
-  return UniqueFd();
+  UniqueFd fd;
+  fds::keep_for_thread(fd, [] { return UniqueFd(sys::real().epoll_create1(EPOLL_CLOEXEC)); }, g_in_range, in_range);
+  return fd;
 }
 
 // Registers key's doorbell and TCP side in place of what was there.

@@ -136,6 +136,22 @@ bool keep_above(UniqueFd& fd) {
   return ok;
 }
 
+bool keep_for_thread(UniqueFd& fd, UniqueFd (*make)(), ThreadRange& range, bool* in_range) {
+  *in_range = false;
+  fd = make();
+  if (fd && keep_above(fd)) return true;
+  if (range.used.fetch_add(1, std::memory_order_relaxed) < ThreadRange::kMax) {
+    fd = make();
+    if (fd && keep(fd)) {
+      *in_range = true;
+      return true;
+    }
+  }
+  range.used.fetch_sub(1, std::memory_order_relaxed);
+  fd.reset();
+  return false;
+}
+
 void hold_for_fork() { g_mu.lock(); }
 void release_after_fork() { g_mu.unlock(); }
 

@@ -20,6 +20,7 @@
 // on TCP with reason tcp:fd-budget.
 #pragma once
 
+#include <atomic>
 #include <cerrno>
 
 #include "util/unique_fd.h"
@@ -41,6 +42,19 @@ inline bool keep(UniqueFd& fd, int later = 0) {
 // system calls and is not needed (a thread's own epoll), which in the
 // program's range would take room a connection may need.
 bool keep_above(UniqueFd& fd);
+
+// Descriptors each thread keeps one of (its own epoll instance, its kick):
+// above the soft limit, where the hard limit leaves room; else in the
+// program's range for at most ThreadRange::kMax threads of the process per
+// kind (more would take room a connection's doorbell needs), counted in
+// `range`. `make` opens a new one (a descriptor keep_above() could not
+// move is closed). True: fd holds it, and *in_range says whether it took a
+// slot of range (given back with range.used.fetch_sub(1)).
+struct ThreadRange {
+  static constexpr int kMax = 4;
+  std::atomic<int> used{0};
+};
+bool keep_for_thread(UniqueFd& fd, UniqueFd (*make)(), ThreadRange& range, bool* in_range);
 
 // Descriptors a handshake in progress will ask keep() for later (the
 // client's segment, after its Hello): counted against the room every other

@@ -11,9 +11,7 @@
 namespace rdmashim {
 
 namespace {
-// Threads' kicks in the program's range, process-wide (as conn/thread_epoll.cc).
-constexpr int kMaxThreadsInRange = 4;
-std::atomic<int> g_threads_in_range{0};
+fds::ThreadRange g_threads_in_range;  // threads' kicks in the program's range
 
 UniqueFd new_eventfd() { return UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC)); }
 }  // namespace
@@ -21,26 +19,20 @@ UniqueFd new_eventfd() { return UniqueFd(eventfd(0, EFD_NONBLOCK | EFD_CLOEXEC))
 std::shared_ptr<Kick> Kick::make(Owner owner) {
   if (sandbox() != Sandbox::kNone) return nullptr;
   auto k = std::make_shared<Kick>();
-  k->fd_ = new_eventfd();
-  if (!k->fd_) return nullptr;
-  if (owner == Owner::kEpollSet) return fds::keep(k->fd_) ? k : nullptr;
-  if (fds::keep_above(k->fd_)) return k;
-  if (g_threads_in_range.fetch_add(1, std::memory_order_relaxed) < kMaxThreadsInRange) {
-    k->in_range_ = true;  // from here the destructor gives the slot back
-    k->generation_ = fork_generation();
+  if (owner == Owner::kEpollSet) {
     k->fd_ = new_eventfd();
-    if (k->fd_ && fds::keep(k->fd_)) return k;
-    return nullptr;
+    return k->fd_ && fds::keep(k->fd_) ? k : nullptr;
   }
-  g_threads_in_range.fetch_sub(1, std::memory_order_relaxed);
-  return nullptr;
+  if (!fds::keep_for_thread(k->fd_, new_eventfd, g_threads_in_range, &k->in_range_)) return nullptr;
+  k->generation_ = fork_generation();
+  return k;
 }
 
 Kick::~Kick() {
-  if (in_range_ && generation_ == fork_generation()) g_threads_in_range.fetch_sub(1, std::memory_order_relaxed);
+  if (in_range_ && generation_ == fork_generation()) g_threads_in_range.used.fetch_sub(1, std::memory_order_relaxed);
 }
 
-void Kick::after_fork_child() { g_threads_in_range.store(0, std::memory_order_relaxed); }
+void Kick::after_fork_child() { g_threads_in_range.used.store(0, std::memory_order_relaxed); }
 
 void Kick::ring() {
   if (asleep_.load(std::memory_order_seq_cst) <= 0) return;

@@ -19,8 +19,7 @@ namespace rdmashim {
 class Kick {
  public:
   // Whose it is, which decides where its descriptor may go (fd_budget.h):
-  // an epoll set's anywhere keep() allows; a thread's above the soft limit,
-  // else in the program's range for at most a few threads of the process.
+  // an epoll set's anywhere keep() allows; a thread's as keep_for_thread().
   enum class Owner { kEpollSet, kThread };
   // Null under a seccomp filter (eventfd may be refused, fatally) or when
   // no descriptor of ours fits: the waiter then does without.
