@@ -53,6 +53,18 @@ wall=$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')
 printf '%s\n' "$out" | sed 's/^/  | /'
 
 ((st == 0)) || check "guests ran" 0 "vm run2 exited $st"
+# What each guest kept (guest/servers.sh): on a failure, its last look at its
+# processes and the ends of the logs, for a run that cannot be repeated.
+show_guest_files() {
+	local dir f
+	for dir in $(sed -n 's/.*guest [ab]: artifacts in \(.*\)$/\1/p' <<<"$out"); do
+		for f in "$dir"/state.* "$dir"/*.err; do
+			[[ -s $f ]] || continue
+			echo "--- ${f##*/job-} (last 40 lines)"
+			tail -n 40 "$f" | cut -c1-300
+		done
+	done
+}
 
 # -- guest a: the servers came up
 l=$(result "$out" pg.initdb)
@@ -124,4 +136,5 @@ for g in a b; do
 	[[ -n $t ]] && echo "time: guest $g: $(kv "$t" seconds) s"
 done
 echo "time: wall (boot to poweroff, staging excluded): $wall s"
+((fail)) && show_guest_files
 finish "softroce.servers"

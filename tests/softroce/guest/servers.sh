@@ -13,7 +13,10 @@
 #                        transport of every client-side connection
 # "ready" and "done" go over separate plain connections (matrix_peer, 0
 # bytes) so that no probe of the servers adds a connection to their logs.
-# Prints "@ KEY k=v ..." lines; the host judges them.
+# Prints "@ KEY k=v ..." lines; the host judges them. Each guest also keeps
+# its logs and, every 20 s, what its processes are doing (threads, system
+# calls, `rdmashim stat`) in $RDMASHIM_VM_OUT, which outlives a guest killed
+# at its timeout: the host prints them when the run fails.
 # env: PG_SCRIPT (the psql script, rows spliced in by the host),
 #      PGBENCH_SECONDS (5), REDIS_BENCH_N (1000), WAIT_READY (300 s)
 # Not set -e: every step reports, a failed one must not hide the next.
@@ -26,6 +29,29 @@ pgbin=/usr/lib/postgresql/15/bin
 pg_port=5432 redis_port=6379 ready_port=18901 done_port=18900
 export PGCLIENTENCODING=UTF8 PGUSER=postgres PGCONNECT_TIMEOUT=60 PGAPPNAME=rdmashim-softroce
 unset PGHOST PGPORT PGDATABASE PGOPTIONS PGSSLMODE PGSERVICE
+
+OUT=${RDMASHIM_VM_OUT:-/tmp}
+
+# state_watch NAME PATTERN: every 20 s, OUT/state.NAME says what the processes
+# matching PATTERN are doing (replaced whole, so a killed guest leaves a
+# complete one), until the script ends.
+state_watch() {
+	local name=$1 pat=$2 p t cmd
+	while sleep 20; do
+		{
+			date -u +%T
+			for p in $(pgrep -f "$pat"); do
+				cmd=$(tr '\0' ' ' <"/proc/$p/cmdline" | cut -c1-100)
+				[[ -n $cmd ]] || continue # gone, or pgrep's own subshell
+				echo "pid $p: $cmd"
+				for t in /proc/"$p"/task/*; do
+					echo "  ${t##*/} $(cut -d' ' -f3 "$t/stat") wchan=$(cat "$t/wchan") syscall=$(cut -d' ' -f1-4 "$t/syscall")"
+				done
+			done 2>/dev/null
+			"$BIN/rdmashim" stat 2>&1 | head -60
+		} >"$OUT/state.$name.new" && mv "$OUT/state.$name.new" "$OUT/state.$name"
+	done
+}
 
 # flat: stdin on one line for a result line (the guest's devtmpfs has no /dev/stdin)
 flat() { tr '\n' '|' | tr ' ' '_' | cut -c1-300; }
@@ -72,8 +98,11 @@ servers() {
 	say "pg.start rc=$rc seconds=$(elapsed "$t0" "$(now)") log=$(oneline pg_ctl.log)"
 	mkdir -p /tmp/srv/redis
 	timeout 900 "${SHIM[@]}" redis-server --port "$redis_port" --bind "$server_ip" --save '' --appendonly no \
-		--daemonize no --protected-mode no --dir /tmp/srv/redis >redis.out 2>redis.err &
+		--daemonize no --protected-mode no --dir /tmp/srv/redis >redis.out 2>"$OUT/redis.err" &
 	redis_pid=$!
+	ln -sf "$OUT/redis.err" redis.err
+	state_watch a 'redis-server|postgres' >/dev/null 2>&1 &
+	watch_pid=$!
 	for ((i = 0; i < 300; i++)); do
 		ss -Htln "sport = :$redis_port" | grep -q . && { redis_ok=1; break; }
 		kill -0 "$redis_pid" 2>/dev/null || break
@@ -132,7 +161,7 @@ dupkey=$(grep -c 'duplicate key value' "$name.err.app") log=$(cat "$name.create.
 }
 
 pgbench_part() {
-	local E=/tmp/cli/pgbench.err rc t0 secs=${PGBENCH_SECONDS:-5} processed failed errors tps sums
+	local E=$OUT/pgbench.err rc t0 secs=${PGBENCH_SECONDS:-5} processed failed errors tps sums
 	: >"$E"
 	run shim "$pgbin/psql" -X -q -h "$server_ip" -p $pg_port -d postgres -c "CREATE DATABASE bench"
 	t0=$(now)
@@ -156,7 +185,7 @@ failed=${failed:-none} tps=${tps:-none} errors=$errors sums=${sums:-none} log=$(
 }
 
 redis_part() {
-	local E=/tmp/cli/redis.err size f got rc t0 out
+	local E=$OUT/redis.err size f got rc t0 out
 	: >"$E"
 	t0=$(now)
 	for size in 1 1024 65536 1048576; do
@@ -180,7 +209,7 @@ got=$(head -c -1 got.plain | sha256sum | cut -c1-16)"
 	grep -h '^rdmashim\[' "$E" >>"$rerr"
 	grep -v '^rdmashim\[' "$E" | head -5 | sed 's/^/redis-cli: /'
 	# redis-benchmark GET and SET, short: every test must report a rate.
-	E=/tmp/cli/redis-bench.err
+	E=$OUT/redis-bench.err
 	: >"$E"
 	t0=$(now)
 	rc=0
@@ -196,6 +225,8 @@ clients() {
 	mkdir -p /tmp/cli && cd /tmp/cli || exit 1
 	: >"$pgerr"
 	: >"$rerr"
+	state_watch b 'redis-cli|redis-benchmark|psql|pgbench' >/dev/null 2>&1 &
+	watch_pid=$!
 	t0=$(now)
 	notice_wait "$ready_port" "${WAIT_READY:-300}"
 	say "clients.wait rc=$? seconds=$(elapsed "$t0" "$(now)")"
@@ -217,6 +248,8 @@ clients() {
 }
 
 t_start=$(now)
+watch_pid=
 if [[ $role == a ]]; then servers; else clients; fi
+[[ -n $watch_pid ]] && kill "$watch_pid" 2>/dev/null
 say "servers.$role.time seconds=$(elapsed "$t_start" "$(now)")"
 say "done.$role"
