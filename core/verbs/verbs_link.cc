@@ -26,7 +26,7 @@ void VerbsLink::heartbeat_if_idle() {
     poll_completions();
     cq_->mu.unlock();
     std::lock_guard<std::mutex> lock(sq_mu_);
-    if (outstanding_ != 0 && posts_ == posts_at_beat_) return;  // its QP does not answer
+    if (outstanding_.load(std::memory_order_relaxed) != 0 && posts_ == posts_at_beat_) return;  // its QP does not answer
     beat_pending_ = false;
   }
   uint64_t posts;
@@ -35,8 +35,12 @@ void VerbsLink::heartbeat_if_idle() {
     posts = posts_;
   }
   if (posts == posts_at_beat_ && !error() && !peer_bye_.load(std::memory_order_acquire)) {
-    // Our consumed position again: a valid credit the peer already has, or newer.
-    beat_pending_ = post_writes(0, 0, true, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit), true) == 0;
+    // Our consumed position again: a valid credit the peer already has, or
+    // newer. Not into a full send queue: this thread holds g_links_mu, and
+    // waiting for room a dead peer never gives would stall every link's
+    // setup and teardown in the process (its writes already probe it).
+    beat_pending_ = post_writes(0, 0, true, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit), true,
+                                Room::kNoWait) == 0;
     if (beat_pending_) {
       stats::VerbsResources beat;
       beat.beats = 1;
@@ -118,7 +122,9 @@ void VerbsLink::on_completion(const ibv_wc& wc) {
     peer_seen_.store(true, std::memory_order_release);
   } else if (wc.opcode == IBV_WC_RDMA_WRITE || wc.opcode == IBV_WC_SEND) {
     std::lock_guard<std::mutex> lock(sq_mu_);
-    outstanding_ -= static_cast<int>(wc.wr_id & 0xffff);  // a signaled WR retires the batch it closed
+    // a signaled WR retires the batch it closed
+    outstanding_.store(outstanding_.load(std::memory_order_relaxed) - static_cast<int>(wc.wr_id & 0xffff),
+                       std::memory_order_relaxed);
     // ... and every data WRITE posted before it: staging up to there is free.
     uint64_t old = done_.load(std::memory_order_relaxed);
     uint64_t now = old + (((wc.wr_id >> 16) - old) & kPosMask);
@@ -131,6 +137,9 @@ void VerbsLink::after_completions() {
     repost_receives(recv_consumed_);
     recv_consumed_ = 0;
   }
+  // Completions made room: the credit that found none goes now (from any
+  // thread that polls; a credit newer than the peer's is always valid).
+  if (RDMASHIM_UNLIKELY(credit_owed_.load(std::memory_order_relaxed))) post_credit();
   // What the completions changed is stored; a sleeper counted itself before
   // it looked (prepare_sleep): one of the two sees the other.
   // (On a CQ of our own the CQ's event wakes our sleeper: no eventfd.)
@@ -160,6 +169,12 @@ void VerbsLink::put(uint64_t offset, const void* src, size_t len) {
 }
 
 size_t VerbsLink::put_room() {
+  // A publish needs up to 3 WRs. A send queue the peer does not drain is
+  // no room either: the writer waits for its completions as for credit.
+  if (RDMASHIM_UNLIKELY(!sq_has_room(3 + kWriterReserve))) {
+    poll_if_free();
+    if (!sq_has_room(3 + kWriterReserve)) return 0;
+  }
   // Asked before a write: everything put so far is published.
   uint64_t end = own_tail_.load(std::memory_order_relaxed);
   const size_t stage = stage_.load(std::memory_order_acquire);
@@ -192,10 +207,11 @@ size_t VerbsLink::put_room() {
   return static_cast<size_t>(room < region ? room : region);
 }
 
-int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n) {
+int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n, Room room) {
   // Keep room in the send queue: reap completions when it runs low. A peer
   // that said Bye completes nothing more (post_locked posts nothing to it).
-  while (outstanding_ + n + 1 > kSendDepth - 4 && !peer_bye_.load(std::memory_order_acquire)) {
+  while (!sq_has_room(n) && !peer_bye_.load(std::memory_order_acquire)) {
+    if (room == Room::kNoWait) return -EAGAIN;
     lock.unlock();
     {
       std::lock_guard<std::mutex> cq(cq_->mu);
@@ -208,9 +224,10 @@ int VerbsLink::reserve_sq(std::unique_lock<std::mutex>& lock, int n) {
   return 0;
 }
 
-int VerbsLink::post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal) {
+int VerbsLink::post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal, Room room,
+                           int reserve) {
   std::unique_lock<std::mutex> lock(sq_mu_);
-  if (int e = reserve_sq(lock, 3)) return e;
+  if (int e = reserve_sq(lock, 3 + reserve, room)) return e;
   // At most two pieces: the range fits both the staging's free bytes and the
   // region's room, and the larger of the two wraps where the smaller does.
   ibv_send_wr wrs[3]{};
@@ -260,7 +277,7 @@ int VerbsLink::post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count) {
   if (peer_bye_.load(std::memory_order_acquire)) return 0;
   for (int i = 0; i < count; ++i) {
     ibv_send_wr& wr = wrs[i];
-    ++outstanding_;
+    outstanding_.store(outstanding_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
     if (++unsignaled_ >= kSignalEvery || (wr.send_flags & IBV_SEND_SIGNALED)) {
       // A signaled WR in the middle of a chain vouches only for the data up to itself.
       wr.send_flags |= IBV_SEND_SIGNALED;
@@ -331,7 +348,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
       wr.send_flags = IBV_SEND_SIGNALED;
       wr.wr_id = (target & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
       unsignaled_ = 0;
-      ++outstanding_;
+      outstanding_.store(outstanding_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       if (ibv_post_send(qp_, &wr, &bad) != 0) {
         error_.store(-EIO, std::memory_order_relaxed);
         return -EIO;
@@ -367,7 +384,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
       std::lock_guard<std::mutex> lock(sq_mu_);
       RDMASHIM_DEBUG("verbs: data up to %llu posted, up to %llu confirmed; %d send WRs outstanding, %d receives to repost",
                      static_cast<unsigned long long>(target),
-                     static_cast<unsigned long long>(done_.load(std::memory_order_relaxed)), outstanding_,
+                     static_cast<unsigned long long>(done_.load(std::memory_order_relaxed)), outstanding_.load(),
                      recv_consumed_);
       return -ETIMEDOUT;
     }
@@ -401,9 +418,10 @@ void VerbsLink::publish_head(uint64_t head) {
   // when it may be waiting for room (all it wrote is consumed).
   const size_t region = rx_rgn_.size();
   bool drained = head == peer_tail_.load(std::memory_order_relaxed);
-  if (head - credited_ >= region / 4 || (drained && head - credited_ >= region / 16)) {
+  if (head - credited_ >= region / 4 || (drained && head - credited_ >= region / 16) ||
+      RDMASHIM_UNLIKELY(credit_owed_.load(std::memory_order_relaxed))) {
     credited_ = head;
-    post_write_with_imm(kCreditBit | (static_cast<uint32_t>(head) & ~kCreditBit));
+    post_credit();
   }
   if (RDMASHIM_UNLIKELY(rx_rgn_.switched())) retire_rx();
   if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) {
@@ -414,6 +432,19 @@ void VerbsLink::publish_head(uint64_t head) {
 }
 
 void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
+
+void VerbsLink::post_credit() {
+  // Never waits for room: a reader must not spin in its recv() while a
+  // peer that looks at nothing leaves our credits unacknowledged.
+  // The head is read under credit_mu_: credits go out in the order of the
+  // heads they carry (the peer widens each from the last).
+  std::lock_guard<std::mutex> lock(credit_mu_);
+  credit_owed_.store(false, std::memory_order_relaxed);
+  uint32_t imm = kCreditBit | (static_cast<uint32_t>(own_head_.load(std::memory_order_relaxed)) & ~kCreditBit);
+  if (post_writes(0, 0, true, imm, false, Room::kNoWait, kCreditReserve) == -EAGAIN) {
+    credit_owed_.store(true, std::memory_order_relaxed);
+  }
+}
 
 
 bool VerbsLink::peer_seen() const {

@@ -128,6 +128,13 @@ class VerbsLink final : public Link {
   static constexpr int kSendDepth = 256;
   static constexpr int kRecvDepth = 256;
   static constexpr int kSignalEvery = 64;
+  // Send-queue slots writes leave free: for credits (kCreditReserve of them
+  // also left by credits) and control messages. A peer whose receive queue
+  // ran dry (its program looks at nothing; RNR retries have no limit)
+  // acknowledges nothing, and a writer must then wait as for credit, not
+  // spin: a non-blocking send returns EAGAIN as TCP's would.
+  static constexpr int kWriterReserve = 16;
+  static constexpr int kCreditReserve = 4;
   static constexpr uint32_t kCreditBit = 1u << 31;
   static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
   static constexpr int kSendSlots = kSendDepth;  // a slot is reused only after its WR completed
@@ -158,14 +165,25 @@ class VerbsLink final : public Link {
   void cq_failed() { error_.store(-EIO, std::memory_order_relaxed); }
   void on_control(const Ctl& c);  // a SEND from the peer; cq_->mu held
   // Waits (polling) until the send queue has room for n more WRs; returns
-  // with sq_mu_ held by `lock`, or the link's error.
-  int reserve_sq(std::unique_lock<std::mutex>& lock, int n);
+  // with sq_mu_ held by `lock`, or the link's error. kNoWait: -EAGAIN at
+  // once instead (a queue that stays full is a peer that acknowledges
+  // nothing; the heartbeat holds every link's lock and must not wait on it).
+  enum class Room : bool { kWait, kNoWait };
+  int reserve_sq(std::unique_lock<std::mutex>& lock, int n, Room room = Room::kWait);
+  bool sq_has_room(int n) const {  // lock-free: a hint, reserve_sq decides
+    return outstanding_.load(std::memory_order_relaxed) + n + 1 <= kSendDepth - 4;
+  }
+  // Posts a credit for own_head() unless the send queue is short of room;
+  // then one is owed, and the next completions (or publish) post it.
+  void post_credit();
   // Posts staged positions [from, to) as RDMA WRITEs into the peer's current
   // region (from == to: one bare WRITE), the last WITH IMM if imm_last,
   // signaled if signal (else every kSignalEvery-th). A signaled WR's wr_id
   // carries the data posted so far, so its completion tells how far staging
   // is free.
-  int post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal);
+  // room kNoWait: -EAGAIN if the queue lacks room for 3 + reserve WRs.
+  int post_writes(uint64_t from, uint64_t to, bool imm_last, uint32_t imm, bool signal, Room room = Room::kWait,
+                  int reserve = 0);
   int post_write_with_imm(uint32_t imm) { return post_writes(0, 0, true, imm, false); }
   int post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count);  // sq_mu_ held, room reserved
   int post_ctl_locked(const Ctl& c);              // sq_mu_ held, room reserved
@@ -229,7 +247,9 @@ class VerbsLink final : public Link {
   std::atomic<uint64_t> signaled_end_{0};  // the most a posted signaled WR vouches for
   std::mutex sq_mu_;       // the send queue
   int unsignaled_ = 0;
-  int outstanding_ = 0;    // send WRs not yet known complete
+  std::atomic<int> outstanding_{0};  // send WRs not yet known complete; written under sq_mu_
+  std::atomic<bool> credit_owed_{false};  // a credit found no room in the send queue
+  std::mutex credit_mu_;  // post_credit: before sq_mu_ (and after cq_->mu)
   int recv_consumed_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};

@@ -98,7 +98,7 @@ void VerbsLink::say_bye() {
   std::lock_guard<std::mutex> lock(sq_mu_);
   // Never waits for room: a full send queue (a peer gone without a word)
   // leaves the peer to its own flush timeout, as before.
-  if (said_bye_ || error() || outstanding_ + 2 > kSendDepth - 4) return;
+  if (said_bye_ || error() || !sq_has_room(1)) return;
   said_bye_ = true;
   post_ctl_locked(Ctl{kCtlBye, 0, 0, 0, 0, 0});
 }

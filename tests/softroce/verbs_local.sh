@@ -3,7 +3,10 @@
 # (RDMASHIM_TRANSPORT=verbs): rdmaPingPong --transport verbs, and the
 # unmodified tcpPingPong under `rdmashim run`; then the asyncio echo of
 # tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
-# run`; then a connection that moves 256 MiB and goes idle, which must give
+# run`; then a reader that does not look at its socket for STALL_SLEEP s while
+# a non-blocking writer sends 64 B messages (guest/stalled_reader.py: EAGAIN,
+# never a send() that waits for the reader, every byte once it reads); then
+# a connection that moves 256 MiB and goes idle, which must give
 # its registered memory back (guest/idle_peer.py, `rdmashim stat`); then one
 # process opens MANY_N connections to a server whose verbs memory budget is
 # 4 MiB (guest/many_conns.py). Passes when every run completes (the echoes
@@ -15,7 +18,8 @@
 # first 8, the links of each process share CQs). Exit 77 (skip) when no guest can run.
 # env: RDMASHIM_BUILD (build folder), PP_ITERS (round trips per run, 2000),
 #      MANY_N (connections, 16), MANY_BYTES (echoed on each, 256 KiB),
-#      SCQ_THREADS (24), SCQ_ROUNDS (messages per thread, 600), SCQ_SEED (replay)
+#      SCQ_THREADS (24), SCQ_ROUNDS (messages per thread, 600), SCQ_SEED (replay),
+#      STALL_SLEEP (the reader's absence, 8 s), STALL_WRITE (the writer's most, 4 s)
 set -euo pipefail
 source "$(dirname "$(readlink -f "${BASH_SOURCE[0]}")")/lib.sh"
 
@@ -25,7 +29,7 @@ softroce_stage
 # they would only take turns at scheduler ticks.
 export RDMASHIM_VM_SMP=${RDMASHIM_VM_SMP:-2}
 st=0
-out=$("$VM" run1 --timeout 540 -- "PP_ITERS=${PP_ITERS:-2000} MANY_N=${MANY_N:-16} MANY_BYTES=${MANY_BYTES:-262144} SCQ_THREADS=${SCQ_THREADS:-24} SCQ_ROUNDS=${SCQ_ROUNDS:-600} ${SCQ_SEED:+SCQ_SEED=$SCQ_SEED} bash $STAGE/guest/local_verbs.sh" 2>&1) || st=$?
+out=$("$VM" run1 --timeout 540 -- "PP_ITERS=${PP_ITERS:-2000} MANY_N=${MANY_N:-16} MANY_BYTES=${MANY_BYTES:-262144} SCQ_THREADS=${SCQ_THREADS:-24} SCQ_ROUNDS=${SCQ_ROUNDS:-600} ${SCQ_SEED:+SCQ_SEED=$SCQ_SEED} STALL_SLEEP=${STALL_SLEEP:-8} STALL_WRITE=${STALL_WRITE:-4} bash $STAGE/guest/local_verbs.sh" 2>&1) || st=$?
 printf '%s\n' "$out" | sed 's/^/  | /'
 
 fail=0
@@ -59,6 +63,17 @@ check "greedy 256 MiB client echoed" "$([[ $(kv "$g" rc) == 0 && $(kv "$g" json)
 	"rc=$(kv "$g" rc), $(kv "$g" transport), $(kv "$g" json)"
 check "server's registered memory bounded" "$([[ -n $reg && ${reg%/*} -gt 0 && ${reg%/*} -le $((32 << 20)) ]] && echo 1 || echo 0)" \
 	"verbs_registered/verbs_pooled bytes: ${reg:-none} (bound $((32 << 20)))"
+# A reader away and a non-blocking writer of 64 B messages (guest/stalled_reader.py).
+st=$(result "$out" stall.client)
+sj=$(kv "$st" json)
+check "stalled reader: the writer's non-blocking send never waits for it" \
+	"$([[ $(kv "$st" rc) == 0 && -n $(jf "$sj" longest_call_s) ]] && awk -v l="$(jf "$sj" longest_call_s)" -v e="$(jf "$sj" eagain)" 'BEGIN { print (l < 1.0 && e > 0) ? 1 : 0 }' || echo 0)" \
+	"longest send() $(jf "$sj" longest_call_s) s (the reader stays away ${STALL_SLEEP:-8} s), $(jf "$sj" eagain) EAGAIN, $(jf "$sj" sent) bytes sent"
+check "stalled reader: every byte, in order, once it reads" \
+	"$([[ -n $(jf "$sj" sent) && "$(jf "$sj" answer)" == "$(jf "$sj" sent) $(jf "$sj" sha256)" ]] && echo 1 || echo 0)" \
+	"sent $(jf "$sj" sent) sha256 $(jf "$sj" sha256 | cut -c1-16)…, answer $(jf "$sj" answer | cut -c1-30)…"
+check "stalled reader: both sides -> verbs" "$([[ $(kv "$st" transport) == verbs && $(kv "$st" server) == verbs ]] && echo 1 || echo 0)" \
+	"client $(kv "$st" transport), server $(kv "$st" server)"
 check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
 check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 # Elastic registration: a connection that moved 256 MiB and went idle keeps

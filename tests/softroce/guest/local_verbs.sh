@@ -60,6 +60,22 @@ kill "$epid" 2>/dev/null
 wait "$epid" 2>/dev/null
 say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline echo4m.server.log)"
 
+# A reader away (no call on its socket for STALL_SLEEP s) and a writer of 64 B
+# messages on a non-blocking socket: its receives run out, our sends wait
+# in the send queue; the writer must get EAGAIN as from a full TCP buffer,
+# not spin in send() until the reader is back. Then every byte, in order.
+rm -f stall.port
+timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" server "$PWD/stall.port" \
+	"${STALL_SLEEP:-8}" 2>stall.server.log &
+spid=$!
+for ((i = 0; i < 300; i++)); do [[ -s stall.port ]] && break; sleep 0.1; done
+out=$(timeout 100 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" client "$(cat stall.port 2>/dev/null)" \
+	"${STALL_WRITE:-4}" 2>stall.client.log)
+rc=$?
+wait "$spid"
+say "stall.client rc=$rc transport=$(transport_of stall.client.log) server=$(transport_of stall.server.log) \
+log=$(cat stall.client.log stall.server.log | oneline_in) json=${out:-none}"
+
 # Elastic registered memory (verbs/regions.h): a connection that moved
 # IDLE_BYTES (256 MiB) and then sits idle gives its registration back: the
 # receiver's grown ring shrinks to its 256 KiB first region, the sender's
