@@ -39,8 +39,13 @@ void VerbsLink::heartbeat_if_idle() {
     // newer. Not into a full send queue: this thread holds g_links_mu, and
     // waiting for room a dead peer never gives would stall every link's
     // setup and teardown in the process (its writes already probe it).
-    beat_pending_ = post_writes(0, 0, true, kCreditBit | (static_cast<uint32_t>(own_head()) & ~kCreditBit), true,
-                                Room::kNoWait) == 0;
+    // Under credit_mu_, as every credit: an older head posted after a
+    // reader's newer one would read as a jump of 2^31 at the peer.
+    {
+      std::lock_guard<std::mutex> credit(credit_mu_);
+      uint32_t imm = kCreditBit | (static_cast<uint32_t>(own_head_.load(std::memory_order_relaxed)) & ~kCreditBit);
+      beat_pending_ = post_writes(0, 0, true, imm, true, Room::kNoWait) == 0;
+    }
     if (beat_pending_) {
       stats::VerbsResources beat;
       beat.beats = 1;

@@ -249,7 +249,9 @@ class VerbsLink final : public Link {
   int unsignaled_ = 0;
   std::atomic<int> outstanding_{0};  // send WRs not yet known complete; written under sq_mu_
   std::atomic<bool> credit_owed_{false};  // a credit found no room in the send queue
-  std::mutex credit_mu_;  // post_credit: before sq_mu_ (and after cq_->mu)
+  // Every credit (post_credit, the heartbeat's) reads own_head_ and posts
+  // under it. Order: g_links_mu or cq_->mu, then credit_mu_, then sq_mu_.
+  std::mutex credit_mu_;
   int recv_consumed_ = 0;
   std::atomic<int> error_{0};
   std::atomic<bool> peer_seen_{false};
