@@ -39,13 +39,7 @@ void VerbsLink::heartbeat_if_idle() {
     // newer. Not into a full send queue: this thread holds g_links_mu, and
     // waiting for room a dead peer never gives would stall every link's
     // setup and teardown in the process (its writes already probe it).
-    // Under credit_mu_, as every credit: an older head posted after a
-    // reader's newer one would read as a jump of 2^31 at the peer.
-    {
-      std::lock_guard<std::mutex> credit(credit_mu_);
-      uint32_t imm = kCreditBit | (static_cast<uint32_t>(own_head_.load(std::memory_order_relaxed)) & ~kCreditBit);
-      beat_pending_ = post_writes(0, 0, true, imm, true, Room::kNoWait) == 0;
-    }
+    beat_pending_ = post_credit(true) == 0;
     if (beat_pending_) {
       stats::VerbsResources beat;
       beat.beats = 1;
@@ -438,17 +432,18 @@ void VerbsLink::publish_head(uint64_t head) {
 
 void VerbsLink::announce() { post_write_with_imm(kCreditBit); }
 
-void VerbsLink::post_credit() {
+int VerbsLink::post_credit(bool signal) {
   // Never waits for room: a reader must not spin in its recv() while a
   // peer that looks at nothing leaves our credits unacknowledged.
   // The head is read under credit_mu_: credits go out in the order of the
-  // heads they carry (the peer widens each from the last).
+  // heads they carry (the peer widens each from the last; an older head
+  // after a newer one would read as a jump of 2^31).
   std::lock_guard<std::mutex> lock(credit_mu_);
   credit_owed_.store(false, std::memory_order_relaxed);
   uint32_t imm = kCreditBit | (static_cast<uint32_t>(own_head_.load(std::memory_order_relaxed)) & ~kCreditBit);
-  if (post_writes(0, 0, true, imm, false, Room::kNoWait, kCreditReserve) == -EAGAIN) {
-    credit_owed_.store(true, std::memory_order_relaxed);
-  }
+  int r = post_writes(0, 0, true, imm, signal, Room::kNoWait, kCreditReserve);
+  if (r == -EAGAIN) credit_owed_.store(true, std::memory_order_relaxed);
+  return r;
 }
 
 

@@ -173,9 +173,10 @@ class VerbsLink final : public Link {
   bool sq_has_room(int n) const {  // lock-free: a hint, reserve_sq decides
     return outstanding_.load(std::memory_order_relaxed) + n + 1 <= kSendDepth - 4;
   }
-  // Posts a credit for own_head() unless the send queue is short of room;
-  // then one is owed, and the next completions (or publish) post it.
-  void post_credit();
+  // Posts a credit for own_head() (signaled if signal: the heartbeat's)
+  // unless the send queue is short of room; then one is owed, and the next
+  // completions (or publish) post it. 0, -EAGAIN or the link's error.
+  int post_credit(bool signal = false);
   // Posts staged positions [from, to) as RDMA WRITEs into the peer's current
   // region (from == to: one bare WRITE), the last WITH IMM if imm_last,
   // signaled if signal (else every kSignalEvery-th). A signaled WR's wr_id
@@ -249,8 +250,8 @@ class VerbsLink final : public Link {
   int unsignaled_ = 0;
   std::atomic<int> outstanding_{0};  // send WRs not yet known complete; written under sq_mu_
   std::atomic<bool> credit_owed_{false};  // a credit found no room in the send queue
-  // Every credit (post_credit, the heartbeat's) reads own_head_ and posts
-  // under it. Order: g_links_mu or cq_->mu, then credit_mu_, then sq_mu_.
+  // Every credit (post_credit) reads own_head_ and posts under it.
+  // Order: g_links_mu or cq_->mu, then credit_mu_, then sq_mu_.
   std::mutex credit_mu_;
   int recv_consumed_ = 0;
   std::atomic<int> error_{0};

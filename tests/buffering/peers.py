@@ -161,13 +161,19 @@ def drain(sock):
     print(json.dumps({"received": total}), flush=True)
 
 
-def fill_server(portfile, gofile, mode):
+def accept_greeted(portfile):
+    """One connection on a published port, greeted with "g" (the server speaks first)."""
     ls = socket.socket()
     ls.bind((HOST, 0))
     ls.listen(1)
     publish_port(portfile, ls.getsockname()[1])
     conn, _ = ls.accept()
     conn.sendall(b"g")
+    return conn
+
+
+def fill_server(portfile, gofile, mode):
+    conn = accept_greeted(portfile)
     if mode == "write":
         conn.recv(1)  # the client is there and reads no more
         flood(conn)

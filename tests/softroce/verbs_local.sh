@@ -68,7 +68,7 @@ st=$(result "$out" stall.client)
 sj=$(kv "$st" json)
 check "stalled reader: the writer's non-blocking send never waits for it" \
 	"$([[ $(kv "$st" rc) == 0 && -n $(jf "$sj" longest_call_s) ]] && awk -v l="$(jf "$sj" longest_call_s)" -v e="$(jf "$sj" eagain)" 'BEGIN { print (l < 1.0 && e > 0) ? 1 : 0 }' || echo 0)" \
-	"longest send() $(jf "$sj" longest_call_s) s (the reader stays away ${STALL_SLEEP:-8} s), $(jf "$sj" eagain) EAGAIN, $(jf "$sj" sent) bytes sent"
+	"longest send() $(jf "$sj" longest_call_s) s (the reader stays away ${STALL_SLEEP:-8} s), $(jf "$sj" eagain) EAGAIN, $(jf "$sj" sent) bytes sent, writable again after $(jf "$sj" writable_after_s) s"
 check "stalled reader: every byte, in order, once it reads" \
 	"$([[ -n $(jf "$sj" sent) && "$(jf "$sj" answer)" == "$(jf "$sj" sent) $(jf "$sj" sha256)" ]] && echo 1 || echo 0)" \
 	"sent $(jf "$sj" sent) sha256 $(jf "$sj" sha256 | cut -c1-16)…, answer $(jf "$sj" answer | cut -c1-30)…"

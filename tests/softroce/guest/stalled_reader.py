@@ -6,29 +6,30 @@ messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
                           socket at all) for SLEEP s; then read to EOF and
                           answer the SHA-256 of what came
   client PORT SECONDS     64 B messages, non-blocking, until SECONDS pass or
-                          a send has had EAGAIN for 1 s; then blocking: the
-                          end of the stream, and the server's answer
+                          a send has had EAGAIN for 1 s; then waits in
+                          select() until the socket is writable again (the
+                          reader is back); then the end of the stream, and
+                          the server's answer
 
 On TCP the writer fills the socket buffers and gets EAGAIN. Over verbs each
 message is one WRITE WITH IMM, which takes one of the reader's posted
 receives; with the reader away they run out and the rest wait in our send
 queue (Soft-RoCE retries them without limit). The writer must then get
 EAGAIN as from a full buffer: before, its send() spun until the reader came
-back. Prints {"sent", "longest_call_s", "eagain", "sha256", "answer"}.
+back. Prints {"sent", "longest_call_s", "eagain", "writable_after_s",
+"sha256", "answer"}.
+(The end of the stream waits for the reader: a shutdown() whose flush times
+out while the reader is away lets the FIN overtake what still waits in the
+send queue; docs/ARCHITECTURE.md, "Not done".)
 """
-import hashlib, json, os, socket, sys, time
+import hashlib, json, os, select, socket, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from peers import HOST, publish_port  # staged beside us (tests/buffering/peers.py)
+from peers import HOST, accept_greeted  # staged beside us (tests/buffering/peers.py)
 
 
 def server(portfile, sleep_s):
-    ls = socket.socket()
-    ls.bind((HOST, 0))
-    ls.listen(1)
-    publish_port(portfile, ls.getsockname()[1])
-    conn, _ = ls.accept()
-    conn.sendall(b"g")
+    conn = accept_greeted(portfile)
     time.sleep(sleep_s)
     h, n = hashlib.sha256(), 0
     while True:
@@ -71,12 +72,15 @@ def client(port, seconds):
                 break
             time.sleep(0.002)
         longest = max(longest, time.time() - t0)
+    t0 = time.time()
+    select.select([], [s], [], 60)  # room again: the reader took what waited
+    writable_after = time.time() - t0
     s.setblocking(True)
     s.shutdown(socket.SHUT_WR)
     answer = s.recv(200).decode().strip()
     s.close()
     print(json.dumps({"sent": sent, "longest_call_s": round(longest, 3), "eagain": eagain,
-                      "sha256": h.hexdigest(), "answer": answer}, separators=(",", ":")), flush=True)
+                      "writable_after_s": round(writable_after, 3), "sha256": h.hexdigest(), "answer": answer}, separators=(",", ":")), flush=True)
     return 0
 
 
