@@ -171,12 +171,14 @@ int track_accepted(int listener, int fd, bool blocking) {
 // here, as before.
 bool hold_while_flushing(int fd, Entry* e, unsigned first, unsigned last) {
   struct Held {
-    static bool step(void* ctx, int held_fd) { return static_cast<Entry*>(ctx)->conn->linger_step(held_fd); }
+    static bool step(void* ctx, int held_fd, bool last) {
+      return static_cast<Entry*>(ctx)->conn->linger_step(held_fd, last);
+    }
     static void release(void* ctx) { unref(static_cast<Entry*>(ctx)); }
   };
   e->refs.fetch_add(1, std::memory_order_relaxed);
   deferred_close::Flushing what{&Held::step, &Held::release, e};
-  if (deferred_close::hold_flushing(fd, what, e->conn->close_deadline(), first, last)) return true;
+  if (deferred_close::hold_flushing(fd, what, e->conn->linger_deadline(), first, last)) return true;
   unref(e);  // the table's reference still holds it
   e->conn->finish_flush();
   return false;

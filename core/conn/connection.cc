@@ -124,9 +124,12 @@ Connection::Drain Connection::drain_before_close(unsigned avoid_first, unsigned 
   if (orphaned_) return Drain::kClose;  // the TCP side's frames are the parent's
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
-  flush_tx(true);
+  int flushed = flush_tx(true);
   bool held = drain_rx(avoid_first, avoid_last);
-  if (!flush_pending_) return held ? Drain::kHeld : Drain::kClose;
+  if (!flush_pending_) {
+    if (flushed == -ETIMEDOUT) cut_unconfirmed(fd());
+    return held ? Drain::kHeld : Drain::kClose;
+  }
   if (held) {  // one hold per socket (cannot happen: a ring means the Ack came)
     finish_flush();
     return Drain::kHeld;
@@ -145,12 +148,28 @@ void Connection::finish_flush() {
   int left = now < close_deadline_ ? static_cast<int>((close_deadline_ - now + 999'999) / 1'000'000) : 0;
   int r = flush_watched(left, true);
   if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+  if (r == -ETIMEDOUT) cut_unconfirmed(fd());
 }
 
-bool Connection::linger_step(int fd) {
+// A close that gives up on its verbs writes lets its QP go with them: the
+// peer must not read the FIN as the end of a whole stream. The reset says
+// it was cut (what landed can still be read first).
+void Connection::cut_unconfirmed(int fd) {
+  // Not a socket another process still uses (the option is the socket's).
+  if (rst_on_close_ || !transport_ || transport_->shared() || forked_.load(std::memory_order_relaxed)) return;
+  linger lg{1, 0};
+  rst_on_close_ = sys::real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0;
+  RDMASHIM_DEBUG("fd %d: ring writes not confirmed by the close's deadline: reset", fd);
+}
+
+bool Connection::linger_step(int fd, bool last) {
   if (!transport_) return true;
   int r = transport_->link().flush(0);
   if (r != -ETIMEDOUT) return true;  // confirmed, the peer said Bye, or the link failed
+  if (last) {
+    cut_unconfirmed(fd);
+    return true;
+  }
   // The peer gone (a reset; a hang-up before our FIN; after its FIN, a ping
   // its kernel answers with RST), as flush_tx's watch tells.
   pollfd p{fd, POLLRDHUP, 0};
@@ -227,10 +246,12 @@ bool Connection::drain_rx(unsigned avoid_first, unsigned avoid_last) {
 // always sent one), a ping that its kernel answers with RST. Never before
 // the FIN (see wait_ring), nor after our own (the ping would fail, the
 // reset is no news), nor in shutdown() (the RST would fail its call).
-void Connection::flush_tx(bool closing) {
-  if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return;
+int Connection::flush_tx(bool closing) {
+  if (!tx_ring_.load(std::memory_order_acquire) || !transport_) return 0;
   const int timeout = static_cast<int>(config().setup_timeout_ms);
-  close_deadline_ = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  const uint64_t now = now_ns();
+  close_deadline_ = now + uint64_t{config().setup_timeout_ms} * 1'000'000;
+  linger_deadline_ = now + kLingerNs;
   // A close whose flush can end in the background waits here only as long as
   // a live peer takes to confirm; one that stopped answering (its host
   // crashed or unreachable: no reset comes) no longer holds close() for the
@@ -241,9 +262,24 @@ void Connection::flush_tx(bool closing) {
   int r = flush_watched(may_linger ? std::min(timeout, kCloseFlushMs) : timeout, closing);
   if (r == -ETIMEDOUT && may_linger) {
     flush_pending_ = true;
-    return;
+    return r;
   }
   if (r != 0) RDMASHIM_DEBUG("fd %d: ring writes not confirmed before close: %s", fd(), strerror(-r));
+  return r;
+}
+
+void Connection::announce_end(int fd) {
+  if (end_announced_ || !ring_) return;
+  end_announced_ = true;
+  unsigned char buf[sizeof(wire::FrameHeader) + sizeof(uint64_t)];
+  wire::FrameHeader h{sizeof(uint64_t), static_cast<uint16_t>(wire::FrameType::kClose), 0};
+  uint64_t end = ring_->tx_position();
+  memcpy(buf, &h, sizeof h);
+  memcpy(buf + sizeof h, &end, sizeof end);
+  // The TCP side carries only our few control frames: room for 16 bytes.
+  ssize_t n = sys::real().send(fd, buf, sizeof buf, MSG_NOSIGNAL | MSG_DONTWAIT);
+  RDMASHIM_DEBUG("fd %d: ring writes up to %llu not confirmed before our FIN: Close frame %s", fd,
+                 static_cast<unsigned long long>(end), n == static_cast<ssize_t>(sizeof buf) ? "sent" : "failed");
 }
 
 int Connection::flush_watched(int timeout_ms, bool closing) {
@@ -279,14 +315,18 @@ int Connection::shutdown(int how) {
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   if (how != SHUT_RD) {
     // A writer of ours blocked on a full ring sees tx_shut_ soon. The FIN alone ends the
-    // stream, as for close(): no Close frame, because the peer may already
-    // have read all it wanted and closed, and bytes landing on its closed
-    // socket make its kernel answer with RST (our shutdown() would then fail
-    // with ENOTCONN and our reads see ECONNRESET instead of EOF).
+    // stream, as for close(): no Close frame once our writes are confirmed,
+    // because the peer may already have read all it wanted and closed, and
+    // bytes landing on its closed socket make its kernel answer with RST
+    // (our shutdown() would then fail with ENOTCONN and our reads see
+    // ECONNRESET instead of EOF).
     tx_shut_.store(true, std::memory_order_relaxed);  // a writer waiting on the ring looks every kSelfWakeMs
     std::lock_guard<std::mutex> tx(tx_mu_);
     if (tx_ == Tx::kRing) {
-      flush_tx();  // the FIN must not overtake the data
+      // The FIN must not overtake the data. Writes a reader away from its
+      // socket leaves in our send queue land once it is back: the Close
+      // frame tells it to wait for them rather than end at our FIN.
+      if (flush_tx() == -ETIMEDOUT) announce_end(fd_);
     } else if (tx_ == Tx::kUndecided) {
       tx_ = Tx::kRaw;
     }

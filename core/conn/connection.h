@@ -196,8 +196,14 @@ class Connection {
   // After kFlushing, in the background: one look at the flush, the TCP side
   // watched on `fd` (the held duplicate: the program's number is closed).
   // true once there is nothing left to wait for.
-  bool linger_step(int fd);
+  // `last`: its deadline passed; the FIN follows.
+  bool linger_step(int fd, bool last = false);
   uint64_t close_deadline() const { return close_deadline_; }
+  // How long that flush may go on in the background: a reader away from its
+  // socket (its receives used up) takes our writes once it is back, as a TCP
+  // send queue would still deliver them after close(). Exit and exec wait
+  // for it at most the setup timeout (deferred_close::finish_all).
+  uint64_t linger_deadline() const { return linger_deadline_; }
 
   // The preload saw the program set O_NONBLOCK (fcntl F_SETFL, FIONBIO: 0
   // or 1), SO_RCVTIMEO / SO_SNDTIMEO (ns, 0: none) or SO_RCVLOWAT: the new
@@ -283,6 +289,8 @@ class Connection {
   void set_fd(int fd) { fd_.store(fd, std::memory_order_relaxed); }
   Role role() const { return role_; }
   stats::Outcome outcome() const { return outcome_; }
+  // How far our ring stream has gone (tests): what a Close frame announces.
+  uint64_t tx_ring_position() const { return ring_ ? ring_->tx_position() : 0; }
   const char* transport_name() const;
 
  private:
@@ -296,6 +304,7 @@ class Connection {
   // of the wait goes on in the background (Link::flush_lingers): a live
   // peer confirms within microseconds (milliseconds in a TCG guest).
   static constexpr int kCloseFlushMs = 10;
+  static constexpr uint64_t kLingerNs = 30'000'000'000;  // linger_deadline()
   static constexpr int kSelfWakeMs = 250;      // a writer waiting on a full ring re-checks shutdown
   static constexpr uint64_t kGrowGraceNs = 10'000'000;  // a full lap waits this long for credit before growing (a descheduled reader is no reason)
 
@@ -329,6 +338,13 @@ class Connection {
   ssize_t send_ring_urgent(const iovec* iov, int iovcnt, int flags);
   size_t rcvlowat();                        // SO_RCVLOWAT, at most half the ring
   bool abort_if_data_after_shutdown();      // data after SHUT_RDWR: reset, as TCP does
+  // rx_mu_ held. The peer's Close frame said where its stream ends and the
+  // ring is not read that far: its FIN is no end yet (announce_end).
+  bool awaiting_end() const { return peer_closed_ && ring_->rx_position() < peer_final_; }
+  // rx_mu_ held, end_pending_: a peer gone with the writes it announced
+  // (its QP too) answers our ping with RST, and the stream ends in that error.
+  void probe_announced_end();
+  void reached_announced_end();  // rx_mu_ held: read up to the Close frame's end
   int peek_message(const unsigned char (&magic)[8], size_t (*extent)(const unsigned char*),
                    unsigned char (&out)[wire::kMaxHandshakeMessage], size_t* len, int flags, bool may_wait);
   int wait_prefix(size_t have, bool block);
@@ -418,7 +434,15 @@ class Connection {
   short consume_setup_bytes(short kernel);
   // closing: the close path, which may ping a peer that sent its FIN to
   // learn it is gone (no ping before a shutdown(): its RST would fail it).
-  void flush_tx(bool closing = false);
+  // The flush's result: 0, -ETIMEDOUT (not confirmed; flush_pending_ if it
+  // goes on in the background) or the link's error.
+  int flush_tx(bool closing = false);
+  // Before a FIN that follows ring writes not yet confirmed: a Close frame
+  // with our final position on `fd` (ours, or the held duplicate), so the
+  // peer's end of stream waits for them (its awaiting_end()). Once.
+  void announce_end(int fd);
+  // A close giving up on writes not yet confirmed: the FIN becomes a reset.
+  void cut_unconfirmed(int fd);
   // flush_tx's wait, at most timeout_ms; the close path's with its watch.
   int flush_watched(int timeout_ms, bool closing);
   bool drain_rx(unsigned avoid_first, unsigned avoid_last);  // drain_before_close after the flush
@@ -505,12 +529,17 @@ class Connection {
   std::atomic<const Kick*> last_watcher_{nullptr};  // the last one listed (listed until the Switch)
   bool peer_closed_ = false;     // the peer shut down writing (Close frame) ...
   uint64_t peer_final_ = 0;      // ... after this many bytes
+  bool end_announced_ = false;   // our Close frame went (announce_end)
+  // After the peer's FIN, the writes its Close frame announced are still on
+  // their way (awaiting_end): the reader waits for them, not for the kernel.
+  std::atomic<bool> end_pending_{false};
   bool tcp_eof_ = false;         // FIN seen on the TCP side
   int tcp_error_ = 0;            // an error (RST) seen on the TCP side, reported once
   bool orphaned_ = false;  // a forked child's copy of a stream it cannot use
   // The last close's flush (verbs): when it gives up waiting and whether its
   // watch may still ping; flush_pending_: it goes on after close() returned.
   uint64_t close_deadline_ = 0;
+  uint64_t linger_deadline_ = 0;
   bool flush_pending_ = false;
   bool close_pinged_ = false;  // the close's watch pinged (once: the answer takes a round trip)
   bool linger_open_ = false;   // no FIN of ours yet: a hang-up is a reset

@@ -180,11 +180,18 @@ bool Connection::poll_control() {
     if (r == -EAGAIN || r == -EWOULDBLOCK || r == -EINTR) return changed;
     if (r == 0) {
       // FIN: the peer will not write again. Whether it still reads is for
-      // the writer to find out (see wait_ring).
+      // the writer to find out (see wait_ring). Once: the kernel says it at
+      // every look.
+      if (tcp_eof_) return changed;
       tcp_eof_ = true;
       tcp_done_.store(true, std::memory_order_relaxed);
       peer_wr_shut_.store(true, std::memory_order_relaxed);
-      rx_end_.store(true, std::memory_order_release);
+      if (awaiting_end()) {
+        end_pending_.store(true, std::memory_order_relaxed);
+        probe_announced_end();
+      } else {
+        rx_end_.store(true, std::memory_order_release);
+      }
       return true;
     }
     if (r < 0) {
@@ -194,6 +201,7 @@ bool Connection::poll_control() {
         tcp_error_ = -r;
         tcp_done_.store(true, std::memory_order_relaxed);
         peer_gone_.store(true, std::memory_order_relaxed);
+        end_pending_.store(false, std::memory_order_relaxed);
         rx_end_.store(true, std::memory_order_release);
       }
       return true;
@@ -202,10 +210,12 @@ bool Connection::poll_control() {
     rx_hdr_have_ = 0;
     rx_ctl_have_ = 0;
     if (h.type == static_cast<uint16_t>(wire::FrameType::kClose)) {
+      // Only sent when its last writes were not confirmed (announce_end):
+      // the end is there, not at the FIN that follows.
       memcpy(&peer_final_, rx_ctl_, sizeof peer_final_);
       peer_closed_ = true;
       peer_wr_shut_.store(true, std::memory_order_relaxed);
-      rx_end_.store(true, std::memory_order_release);
+      if (!awaiting_end()) rx_end_.store(true, std::memory_order_release);
     } else if (h.type == static_cast<uint16_t>(wire::FrameType::kUrgent)) {
       wire::Urgent u;
       memcpy(&u, rx_ctl_, sizeof u);
@@ -227,6 +237,25 @@ bool Connection::poll_control() {
     }
     changed = true;
   }
+}
+
+// rx_mu_ held: read up to where the peer's Close frame said its stream ends.
+void Connection::reached_announced_end() {
+  end_pending_.store(false, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);  // readiness: EOF is next
+}
+
+void Connection::probe_announced_end() {
+  if (peer_gone_.load(std::memory_order_relaxed)) {
+    tcp_error_ = ECONNRESET;
+  } else {
+    std::unique_lock<std::mutex> tx(tx_mu_, std::try_to_lock);  // frames stay whole on the TCP side
+    if (tx.owns_lock()) ping_if_due();
+    if (!peer_gone_.load(std::memory_order_relaxed)) return;  // its RST, if it comes, ends the stream
+    tcp_error_ = ECONNRESET;
+  }
+  end_pending_.store(false, std::memory_order_relaxed);
+  rx_end_.store(true, std::memory_order_release);
 }
 
 ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
@@ -278,7 +307,10 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
     ssize_t r = (flags & MSG_TRUNC) ? ring_->discard(iov_total(iov, iovcnt))
                                     : ring_->read(iov, iovcnt, (flags & MSG_PEEK) != 0);
     note_maintenance();
-    if (r > 0 || r == -EFAULT) return r;
+    if (r > 0 || r == -EFAULT) {
+      if (RDMASHIM_UNLIKELY(peer_closed_) && !(flags & MSG_PEEK) && !awaiting_end()) reached_announced_end();
+      return r;
+    }
     if (r < 0) return broken("ring cursor out of bounds");
     follow_sibling_downgrade();
     if (rx_left_ring()) {  // the peer's ring stream ended here: the rest is on TCP
@@ -291,19 +323,31 @@ ssize_t Connection::recv_ring(const iovec* iov, int iovcnt, int flags) {
       return 0;
     }
     if (tcp_error_ != 0) {
-      // Like the kernel: the error once, then end of stream.
+      // Like the kernel: the error once, then end of stream (what a Close
+      // frame announced is not coming: the stream was cut).
       int e = std::exchange(tcp_error_, 0);
       tcp_eof_ = true;
+      peer_closed_ = false;
+      end_pending_.store(false, std::memory_order_relaxed);
       return -e;
     }
-    if (tcp_eof_) {
+    if (tcp_eof_ && !end_pending_.load(std::memory_order_relaxed)) {
       release_rx_for_good();
       return 0;
     }
     if (nonblocking(flags)) {
       if (poll_control()) continue;
+      if (end_pending_.load(std::memory_order_relaxed)) {
+        probe_announced_end();
+        if (tcp_error_ != 0) continue;
+      }
       RDMASHIM_SCHED_POINT(kReadEmpty);  // still holding the receive lock: a look at readiness must not lose a FIN
       return -EAGAIN;
+    }
+    if (end_pending_.load(std::memory_order_relaxed)) {
+      poll_control();  // the RST a ping drew
+      probe_announced_end();
+      if (tcp_error_ != 0) continue;
     }
     if (dl == kDeadlineUnknown) dl = deadline(SO_RCVTIMEO);
     side.release();

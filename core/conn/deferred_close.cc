@@ -52,6 +52,7 @@ struct Flush {
   int fd;             // the duplicate of the program's socket, still open both ways
   uint64_t deadline;  // now_ns() after which we stop waiting
   Flushing what;
+  uint64_t slow_from;  // looked at every 10 ms from then on (a reader long away)
 };
 
 // Heap-allocated and never destroyed: used from a destructor at exit, and a
@@ -154,13 +155,14 @@ void reap_locked(uint64_t now) {
   count_locked();
 }
 
-// g_mu held: moves the flushes that are done (or out of time) to `out`,
-// whose connections are let go and duplicates closed outside the lock
-// (letting go destroys a QP).
-void step_flushing_locked(uint64_t now, std::vector<Flush>* out) {
+// g_mu held: moves the flushes that are done (or out of time: their
+// deadline, or `cap`) to `out`, whose connections are let go and duplicates
+// closed outside the lock (letting go destroys a QP).
+void step_flushing_locked(uint64_t now, std::vector<Flush>* out, uint64_t cap = UINT64_MAX) {
   auto& l = *g_flushing;
   for (size_t i = 0; i < l.size();) {
-    if (now >= l[i].deadline || l[i].what.step(l[i].what.ctx, l[i].fd)) {
+    const bool last = now >= std::min(l[i].deadline, cap);
+    if (l[i].what.step(l[i].what.ctx, l[i].fd, last) || last) {
       out->push_back(l[i]);
       l[i] = l.back();
       l.pop_back();
@@ -187,20 +189,23 @@ void pause_1ms() {
 bool mine() { return g_owner == getpid(); }
 
 // The background thread: looks at every flush each millisecond while any is
-// left, then ends (hold_flushing starts another).
+// young, every 10 ms once all waited the setup timeout, then ends
+// (hold_flushing starts another).
 void* flush_loop(void*) {
   for (;;) {
     std::vector<Flush> done;
-    bool more;
+    bool more, young = false;
     {
       std::lock_guard<std::mutex> lock(*g_mu);
-      step_flushing_locked(now_ns(), &done);
+      uint64_t now = now_ns();
+      step_flushing_locked(now, &done);
       more = !g_flushing->empty();
       if (!more) g_flusher = false;
+      for (const Flush& f : *g_flushing) young = young || now < f.slow_from;
     }
     finish(done);
     if (!more) return nullptr;
-    pause_1ms();
+    for (int i = young ? 1 : 10; i > 0; --i) pause_1ms();
   }
 }
 
@@ -244,7 +249,7 @@ bool hold_flushing(int fd, Flushing what, uint64_t deadline, unsigned avoid_firs
     return false;
   }
   g_flusher = true;
-  g_flushing->push_back(Flush{d, deadline, what});
+  g_flushing->push_back(Flush{d, deadline, what, now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000});
   count_locked();
   RDMASHIM_DEBUG("fd %d: ring writes still in flight at close: held as fd %d until confirmed", fd, d);
   return true;
@@ -256,6 +261,9 @@ void reap() {
 }
 
 void finish_all() {
+  // Exit and exec wait for a flush at most the setup timeout, however long
+  // its close would have let it go on in the background.
+  const uint64_t cap = now_ns() + uint64_t{config().setup_timeout_ms} * 1'000'000;
   for (;;) {
     std::vector<pollfd> fds;
     std::vector<Flush> flushed;
@@ -264,7 +272,7 @@ void finish_all() {
     {
       std::lock_guard<std::mutex> lock(*g_mu);
       if (!mine()) return;
-      step_flushing_locked(now, &flushed);
+      step_flushing_locked(now, &flushed, cap);
       flushing = !g_flushing->empty();
       reap_locked(now);
       for (size_t i = 0; i < g_list->size();) {  // at exit nobody waits for what cannot come

@@ -22,11 +22,14 @@
 // The same list holds a verbs connection whose last close found its ring
 // writes not all confirmed yet (Connection::Drain::kFlushing): its socket is
 // duplicated the same way but not shut down, and a background thread looks
-// at the flush every millisecond; once the writes landed, the peer is known
-// gone or the setup timeout from the close passed, the connection is let go
-// and the duplicate closed, which sends the FIN the program's close() would
-// have sent. So a peer host that stopped answering no longer holds close()
-// (TCP's close returns at once too); exit and exec still wait for it.
+// at the flush every millisecond (every 10 ms after the setup timeout);
+// once the writes landed, the peer is known gone or the deadline passed
+// (Connection::linger_deadline: 30 s, for a reader away from its socket),
+// the connection is let go and the duplicate closed, which sends the FIN
+// the program's close() would have sent (a reset if writes are still
+// unconfirmed: Connection::linger_step). So a peer host that stopped
+// answering no longer holds close() (TCP's close returns at once too);
+// exit and exec still wait for it, at most the setup timeout.
 #pragma once
 
 #include <atomic>
@@ -46,11 +49,12 @@ constexpr size_t kNonceBytes = 16;
 bool hold(int fd, const unsigned char (&nonce)[kNonceBytes], UniqueFd rendezvous, unsigned avoid_first,
           unsigned avoid_last);
 
-// A connection finishing its flush: step(ctx, fd) looks once (true: nothing
-// left to wait for), release(ctx) lets it go. Plain callbacks, as
+// A connection finishing its flush: step(ctx, fd, last) looks once (true:
+// nothing left to wait for; `last`: the deadline passed, this is the last
+// look before the FIN), release(ctx) lets it go. Plain callbacks, as
 // Link::PeerWatch (a close may run where a new vtable costs a system call).
 struct Flushing {
-  bool (*step)(void* ctx, int fd);
+  bool (*step)(void* ctx, int fd, bool last);
   void (*release)(void* ctx);
   void* ctx;
 };
@@ -64,7 +68,8 @@ inline bool any() { return g_held.load(std::memory_order_relaxed) != 0; }
 
 // Closes what is done, without waiting.
 void reap();
-// Waits until every held socket is done or its deadline passed (exit, exec).
+// Waits until every held socket is done or its deadline passed (exit,
+// exec); a flush at most the setup timeout from now.
 void finish_all();
 // fd is one of ours: the program does not have it.
 bool owns(int fd);

@@ -115,7 +115,9 @@ std::unique_ptr<Connection> Connection::adopt_described(int fd, const char* text
   c->peer_final_ = final_pos;
   c->tx_shut_.store(flags & 4u);
   c->rx_shut_.store(flags & 8u);
-  c->rx_end_.store(c->tcp_eof_ || c->peer_closed_ || (flags & 8u));
+  const bool awaiting = c->awaiting_end();  // announced writes still on their way
+  c->end_pending_.store(c->tcp_eof_ && awaiting);
+  c->rx_end_.store(((c->tcp_eof_ || c->peer_closed_) && !awaiting) || (flags & 8u));
   c->peer_wr_shut_.store(c->tcp_eof_ || c->peer_closed_);
   c->tcp_done_.store(c->tcp_eof_);
   c->in_setup_.store(false);

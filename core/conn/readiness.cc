@@ -98,12 +98,17 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   if (own_due != 0 && (release_due == 0 || own_due < release_due)) release_due = own_due;
   short tcp_events = for_write ? (fin ? 0 : POLLRDHUP) : !tcp_done_.load(std::memory_order_relaxed) ? POLLIN : 0;
   pollfd p[2] = {{link.wait_fd(), POLLIN, 0}, {fd(), tcp_events, 0}};
+  // A reader awaiting writes its peer announced before its FIN sleeps on the
+  // doorbell alone (the ended TCP side would report a hang-up at once) and
+  // looks for a gone peer (recv_ring's probe) every kPingIntervalMs.
+  const bool end_pending = !for_write && end_pending_.load(std::memory_order_relaxed);
+  const int nfds = end_pending ? 1 : 2;
   int timeout = -1;
   if (dl != kNoDeadline) {
     int64_t left = dl - static_cast<int64_t>(now_ns());
     timeout = left <= 0 ? 0 : static_cast<int>((left + 999'999) / 1'000'000);
   }
-  if (fin && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
+  if ((fin || end_pending) && (timeout < 0 || timeout > kPingIntervalMs)) timeout = kPingIntervalMs;
   // Only the peer can ring our doorbell (rendezvous.h): a writer looks at
   // tx_shut_ (shutdown(SHUT_WR) by another thread) at least this often. A
   // reader is woken by the TCP side, which shutdown(SHUT_RD) makes readable.
@@ -116,13 +121,13 @@ int Connection::wait_ring(bool for_write, int64_t dl, size_t min_bytes) {
   const uint64_t asleep_ns = spin.learns() ? now_ns() : 0;
   // A thread that sleeps on this connection again and again keeps both
   // registered in an epoll of its own: one call, nothing to drain.
-  thread_epoll::Sleep edge(link.edge_key(), p[0].fd, p[1].fd, tcp_events);
+  thread_epoll::Sleep edge(end_pending ? 0 : link.edge_key(), p[0].fd, p[1].fd, tcp_events);
   int r, e;
   if (edge.active()) {
     r = edge.wait(p, timeout);
     e = errno;
   } else {
-    r = sys::wait(p, 2, timeout);  // the program's own way of sleeping
+    r = sys::wait(p, nfds, timeout);  // the program's own way of sleeping
     e = errno;
     if (r < 0 && e == EINVAL) {
       // Fewer than two descriptors allowed (RLIMIT_NOFILE: OpenSSH's sandbox
@@ -311,8 +316,8 @@ short Connection::kernel_interest(short want) const {
   short k = 0;
   if (!rx_ring_.load(std::memory_order_acquire)) {
     k |= want & (POLLIN | POLLRDNORM | POLLPRI | POLLRDHUP);
-  } else if (!rx_end_.load(std::memory_order_acquire)) {
-    k |= POLLIN;  // control frames, FIN, RST; after the end it would stay readable forever
+  } else if (!rx_end_.load(std::memory_order_acquire) && !end_pending_.load(std::memory_order_relaxed)) {
+    k |= POLLIN;  // control frames, FIN, RST; after the end (or a FIN) it would stay readable forever
   }
   if (!tx_ring_.load(std::memory_order_acquire)) {
     short out = want & (POLLOUT | POLLWRNORM | POLLWRBAND);

@@ -117,7 +117,7 @@ enum class FrameType : uint16_t {
   kData = 1,    // payload: application bytes
   kSwitch = 2,  // no payload: further data in this direction is in the ring
   kPlain = 3,   // no payload: further bytes in this direction are raw TCP
-  kClose = 4,   // payload: u64 final ring position; sender shut down writing (understood, no longer sent: the FIN says it)
+  kClose = 4,   // payload: u64 final ring position; sender shut down writing, with ring writes not yet confirmed (else the FIN says it)
   kPing = 5,    // no payload: liveness probe while the ring is full
   kParams = 6,  // payload: verbs::Params (48 bytes), only right after a Hello or an Ack
   kDowngrade = 7,  // payload: Downgrade; only to a peer that offered it (kAckFlagDowngrade)

@@ -5,7 +5,9 @@
 # tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
 # run`; then a reader that does not look at its socket for STALL_SLEEP s while
 # a non-blocking writer sends 64 B messages (guest/stalled_reader.py: EAGAIN,
-# never a send() that waits for the reader, every byte once it reads); then
+# never a send() that waits for the reader, every byte once it reads; and
+# with the reader still away, a writer that shuts down (every byte, then the
+# end) and one that closes (a reset, never a clean shorter stream)); then
 # a connection that moves 256 MiB and goes idle, which must give
 # its registered memory back (guest/idle_peer.py, `rdmashim stat`); then one
 # process opens MANY_N connections to a server whose verbs memory budget is
@@ -74,6 +76,34 @@ check "stalled reader: every byte, in order, once it reads" \
 	"sent $(jf "$sj" sent) sha256 $(jf "$sj" sha256 | cut -c1-16)…, answer $(jf "$sj" answer | cut -c1-30)…"
 check "stalled reader: both sides -> verbs" "$([[ $(kv "$st" transport) == verbs && $(kv "$st" server) == verbs ]] && echo 1 || echo 0)" \
 	"client $(kv "$st" transport), server $(kv "$st" server)"
+# The writer ends its stream with the reader still away (guest/stalled_reader.py
+# END shutdown and close). Before, the FIN could end the stream ahead of the
+# writes still queued: the reader saw a clean, shorter stream.
+ss=$(result "$out" stallshut.client)
+ssj=$(kv "$ss" json) ssv=$(kv "$ss" server_json)
+check "stalled reader, writer shuts down: every byte, then the end" \
+	"$([[ -n $(jf "$ssj" sent) && "$(jf "$ssj" answer)" == "$(jf "$ssj" sent) $(jf "$ssj" sha256)" && $(jf "$ssv" end) == eof ]] && echo 1 || echo 0)" \
+	"sent $(jf "$ssj" sent) (shutdown() took $(jf "$ssj" shutdown_s) s), the reader got $(jf "$ssv" got) then $(jf "$ssv" end), sha256 $([[ $(jf "$ssj" sha256) == "$(jf "$ssv" sha256)" ]] && echo equal || echo differs)"
+# The case above is the one where the FIN could overtake the writes: the
+# shutdown's flush ended unconfirmed, and the writer said where its stream
+# ends (Connection::announce_end; the reader's side: tests/unit, Connection.
+# FinAfterAnAnnouncedEndWaitsForTheRingToGetThere).
+check "stalled reader, writer shuts down: its writes were still queued, and it announced its end" \
+	"$([[ $(kv "$ss" announced) == 1 ]] && echo 1 || echo 0)" "Close frames logged by the writer: $(kv "$ss" announced)"
+sc=$(result "$out" stallclose.client)
+scj=$(kv "$sc" json) scv=$(kv "$sc" server_json)
+check "stalled reader, writer closes and lives on: every byte, then the end" \
+	"$([[ -n $(jf "$scj" sent) && $(jf "$scv" got) == "$(jf "$scj" sent)" && $(jf "$scv" sha256) == "$(jf "$scj" sha256)" && $(jf "$scv" end) == eof ]] && echo 1 || echo 0)" \
+	"sent $(jf "$scj" sent), the reader got $(jf "$scv" got) then $(jf "$scv" end), sha256 $([[ $(jf "$scj" sha256) == "$(jf "$scv" sha256)" ]] && echo equal || echo differs)"
+se=$(result "$out" stallexit.client)
+sej=$(kv "$se" json) sev=$(kv "$se" server_json)
+check "stalled reader, writer closes and exits: a reset or every byte, never a shorter clean end" \
+	"$([[ -n $(jf "$sej" sent) && -n $(jf "$sev" end) ]] && { [[ $(jf "$sev" end) == reset ]] || [[ $(jf "$sev" got) == "$(jf "$sej" sent)" && $(jf "$sev" sha256) == "$(jf "$sej" sha256)" ]]; } && echo 1 || echo 0)" \
+	"sent $(jf "$sej" sent), the reader got $(jf "$sev" got) then $(jf "$sev" end)"
+both=1
+for x in "$ss" "$sc" "$se"; do [[ $(kv "$x" transport) == verbs && $(kv "$x" server) == verbs ]] || both=0; done
+check "stalled reader, writer shuts down, closes or exits: both sides -> verbs" "$both" \
+	"shutdown: client $(kv "$ss" transport), server $(kv "$ss" server); close: client $(kv "$sc" transport), server $(kv "$sc" server); exit: client $(kv "$se" transport), server $(kv "$se" server)"
 check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
 check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 # Elastic registration: a connection that moved 256 MiB and went idle keeps

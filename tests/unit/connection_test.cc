@@ -22,6 +22,7 @@
 #include "conn/deferred_close.h"
 #include "discovery/registry.h"
 #include "shm/rendezvous.h"
+#include "util/config.h"
 #include "util/misc.h"
 #include "wire/wire.h"
 #include "loopback_pair.h"
@@ -251,6 +252,82 @@ TEST(Connection, PeerCloseIsEndOfStreamAfterTheDataAndWritesThenFail) {
   EXPECT_EQ(r, -EPIPE);
 }
 
+// Both ends on the ring (shm), the client's ring stream at some position.
+void upgrade_both(Connection& client, Connection& server) {
+  char buf[8];
+  ASSERT_EQ(send_all(client, "1", 1), 1);
+  ASSERT_EQ(recv_some(server, buf, 1), 1);
+  ASSERT_EQ(send_all(server, "2", 1), 1);
+  ASSERT_EQ(recv_some(client, buf, 1), 1);
+  ASSERT_EQ(send_all(client, "up", 2), 2);
+  ASSERT_EQ(recv_some(server, buf, 2, MSG_WAITALL), 2);
+  ASSERT_STREQ(client.transport_name(), "shm");
+  ASSERT_STREQ(server.transport_name(), "shm");
+}
+
+// What Connection::announce_end puts on the TCP side before its FIN.
+void send_close_frame(int fd, uint64_t end) {
+  unsigned char f[sizeof(wire::FrameHeader) + sizeof end];
+  wire::FrameHeader h{sizeof end, static_cast<uint16_t>(wire::FrameType::kClose), 0};
+  memcpy(f, &h, sizeof h);
+  memcpy(f + sizeof h, &end, sizeof end);
+  ASSERT_EQ(send(fd, f, sizeof f, MSG_NOSIGNAL), static_cast<ssize_t>(sizeof f));
+}
+
+// Both ends on the ring (shm); then the client's TCP side says its stream
+// ends 4 bytes past what it wrote so far, and sends its FIN: a writer whose
+// last ring writes were not confirmed by its shutdown's flush (verbs: a
+// reader away from its socket) does so (Connection::announce_end).
+struct AnnouncedEnd {
+  TcpPair t;
+  std::unique_ptr<Connection> client{Connection::make_client(t.client)};
+  std::unique_ptr<Connection> server{Connection::make_server(t.server)};
+  AnnouncedEnd() {
+    upgrade_both(*client, *server);
+    send_close_frame(t.client, client->tx_ring_position() + 4);
+    EXPECT_EQ(shutdown(t.client, SHUT_WR), 0);
+  }
+};
+
+// The reader's end of stream waits for the ring to get there. Before, the
+// FIN ended the stream and the writes still on their way were lost (a clean
+// EOF on a shorter stream).
+TEST(Connection, FinAfterAnAnnouncedEndWaitsForTheRingToGetThere) {
+  AnnouncedEnd a;
+  Connection& server = *a.server;
+  char buf[8];
+  usleep(20'000);  // the frame and the FIN are there
+  EXPECT_EQ(recv_some(server, buf, sizeof buf, MSG_DONTWAIT), -EAGAIN);
+  EXPECT_EQ(server.poll_events(POLLIN, POLLIN | POLLRDHUP) & POLLIN, 0);  // not readable: no end yet
+  std::thread late([&] {
+    usleep(100'000);
+    send_all(*a.client, "tail", 4);  // lands on the ring, as the verbs writes once the reader is back
+  });
+  EXPECT_EQ(recv_some(server, buf, sizeof buf, MSG_WAITALL), 4);  // waits for them, not ended by the FIN
+  late.join();
+  EXPECT_EQ(memcmp(buf, "tail", 4), 0);
+  EXPECT_NE(server.poll_events(POLLIN, POLLIN | POLLRDHUP) & POLLIN, 0);  // now the end
+  EXPECT_EQ(recv_some(server, buf, sizeof buf), 0);
+  EXPECT_EQ(recv_some(server, buf, sizeof buf), 0);
+}
+
+// The same writer gone before its announced writes landed (its QP with
+// them): the reader's ping after the FIN draws its kernel's RST, and the
+// stream ends in ECONNRESET, never in a clean EOF.
+TEST(Connection, AnnouncedEndOfAWriterThatIsGoneIsAReset) {
+  AnnouncedEnd a;
+  a.client.reset();
+  close(a.t.client);
+  a.t.client = -1;
+  timeval tv{5, 0};  // a hang fails the test rather than the suite
+  ASSERT_EQ(setsockopt(a.t.server, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof tv), 0);
+  char buf[8];
+  uint64_t start = now_ns();
+  EXPECT_EQ(recv_some(*a.server, buf, sizeof buf), -ECONNRESET);
+  EXPECT_LT(now_ns() - start, 2'000'000'000ull);
+  EXPECT_EQ(recv_some(*a.server, buf, sizeof buf), 0);  // the error once, then the end
+}
+
 TEST(Connection, PeekWaitallAndDontwaitOnTheRing) {
   TcpPair t;
   std::unique_ptr<Connection> client(Connection::make_client(t.client));
@@ -433,8 +510,10 @@ struct FakeFlush {
   std::atomic<bool> released{false};
   std::atomic<int> fin_at_release{-1};  // the peer saw EOF when we let go: 1
   int peer = -1;
-  static bool step(void* ctx, int) {
+  std::atomic<int> last_looks{0};  // looks told the deadline passed
+  static bool step(void* ctx, int, bool last) {
     auto* f = static_cast<FakeFlush*>(ctx);
+    if (last) ++f->last_looks;
     return ++f->looks >= f->done_after.load();
   }
   static void release(void* ctx) {
@@ -485,6 +564,7 @@ TEST(DeferredClose, FlushingSocketGoesAtItsDeadline) {
   EXPECT_GE(took, 100'000'000ull);
   EXPECT_LT(took, 2'000'000'000ull);
   EXPECT_TRUE(f.released);
+  EXPECT_EQ(f.last_looks, 1);  // told once, before the FIN: a cut stream resets (Connection::linger_step)
 }
 
 // exec and exit wait for it (close-on-exec would drop the duplicate).
@@ -499,6 +579,29 @@ TEST(DeferredClose, FinishAllWaitsForFlushes) {
   t.client = -1;
   deferred_close::finish_all();
   EXPECT_TRUE(f.released);
+  EXPECT_FALSE(deferred_close::any());
+  EXPECT_TRUE(eof_within(t.server, 1000));
+}
+
+// A flush that may linger half a minute in the background (a reader away)
+// holds exit and exec at most the setup timeout, and is told it is the last
+// look (the connection resets what is still unconfirmed).
+TEST(DeferredClose, FinishAllWaitsAtMostTheSetupTimeout) {
+  TcpPair t;
+  static FakeFlush f;  // static: a failed check must not leave the flusher a dangling context
+  f.peer = t.server;
+  f.done_after = INT_MAX;
+  deferred_close::Flushing what{&FakeFlush::step, &FakeFlush::release, &f};
+  ASSERT_TRUE(deferred_close::hold_flushing(t.client, what, now_ns() + 60'000'000'000ull, 1, 0));
+  close(t.client);
+  t.client = -1;
+  uint64_t start = now_ns();
+  deferred_close::finish_all();
+  uint64_t took = now_ns() - start;
+  EXPECT_TRUE(f.released);
+  EXPECT_EQ(f.last_looks, 1);
+  EXPECT_GE(took, uint64_t{config().setup_timeout_ms} * 1'000'000 - 5'000'000);
+  EXPECT_LT(took, uint64_t{config().setup_timeout_ms} * 1'000'000 + 1'000'000'000);
   EXPECT_FALSE(deferred_close::any());
   EXPECT_TRUE(eof_within(t.server, 1000));
 }

@@ -64,17 +64,32 @@ say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline ech
 # messages on a non-blocking socket: its receives run out, our sends wait
 # in the send queue; the writer must get EAGAIN as from a full TCP buffer,
 # not spin in send() until the reader is back. Then every byte, in order.
-rm -f stall.port
-timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" server "$PWD/stall.port" \
-	"${STALL_SLEEP:-8}" 2>stall.server.log &
-spid=$!
-for ((i = 0; i < 300; i++)); do [[ -s stall.port ]] && break; sleep 0.1; done
-out=$(timeout 100 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" client "$(cat stall.port 2>/dev/null)" \
-	"${STALL_WRITE:-4}" 2>stall.client.log)
-rc=$?
-wait "$spid"
-say "stall.client rc=$rc transport=$(transport_of stall.client.log) server=$(transport_of stall.server.log) \
-log=$(cat stall.client.log stall.server.log | oneline_in) json=${out:-none}"
+# Then the writer ends its stream while the reader is still away: a
+# shutdown() (its FIN must not end the stream before the writes still queued:
+# every byte, then the end), a close() in a process that lives on (its flush
+# goes on in the background: every byte, then the end) and a close() and
+# exit (the exit gives up on them after the setup timeout: the reader sees a
+# reset, never a clean end of a shorter stream).
+stall_run() { # NAME END SLEEP: one reader and writer pair; says NAME.client
+	local name=$1 end=$2 sleep_s=$3 spid rc out
+	rm -f "$name.port"
+	timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" server "$PWD/$name.port" \
+		"$sleep_s" >"$name.server.out" 2>"$name.server.log" &
+	spid=$!
+	for ((i = 0; i < 300; i++)); do [[ -s $name.port ]] && break; sleep 0.1; done
+	# (the writer logs at debug level: whether its end was announced)
+	out=$(timeout 100 "$BIN/rdmashim" run --log debug -- python3 "$STAGE_DIR/guest/stalled_reader.py" client \
+		"$(cat "$name.port" 2>/dev/null)" "${STALL_WRITE:-4}" "$end" 2>"$name.client.log")
+	rc=$?
+	wait "$spid"
+	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") server=$(transport_of "$name.server.log") \
+announced=$(grep -c 'Close frame sent' "$name.client.log") log=$(cat "$name.client.log" "$name.server.log" | oneline_in) server_json=$(cat "$name.server.out" 2>/dev/null | oneline_in) json=${out:-none}"
+}
+stall_run stall wait "${STALL_SLEEP:-8}"
+stall_run stallshut shutdown "${STALL_SLEEP:-8}" &
+stall_run stallclose close "${STALL_SLEEP:-8}" &
+stall_run stallexit exit "${STALL_SLEEP:-8}" &
+wait
 
 # Elastic registered memory (verbs/regions.h): a connection that moved
 # IDLE_BYTES (256 MiB) and then sits idle gives its registration back: the

@@ -3,13 +3,23 @@
 messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
 
   server PORTFILE SLEEP   accept; greet ("g"); read nothing (no call on the
-                          socket at all) for SLEEP s; then read to EOF and
-                          answer the SHA-256 of what came
-  client PORT SECONDS     64 B messages, non-blocking, until SECONDS pass or
-                          a send has had EAGAIN for 1 s; then waits in
-                          select() until the socket is writable again (the
-                          reader is back); then the end of the stream, and
-                          the server's answer
+                          socket at all) for SLEEP s; then read to EOF as
+                          an event loop does (select, non-blocking recv) and
+                          answer the SHA-256 of what came; prints
+                          {"got", "sha256", "end": "eof"|"reset"}
+  client PORT SECONDS [END]
+                          64 B messages, non-blocking, until SECONDS pass or
+                          a send has had EAGAIN for 1 s; then END:
+                          wait      (default) waits in select() until the
+                                    socket is writable again (the reader is
+                                    back), then shutdown(SHUT_WR) and the
+                                    server's answer
+                          shutdown  shutdown(SHUT_WR) at once, with the
+                                    reader still away, then the answer
+                          close     close() at once, with the reader still
+                                    away; exit STAY s later (the reader is
+                                    back by then)
+                          exit      close() at once, and exit
 
 On TCP the writer fills the socket buffers and gets EAGAIN. Over verbs each
 message is one WRITE WITH IMM, which takes one of the reader's posted
@@ -17,11 +27,16 @@ receives; with the reader away they run out and the rest wait in our send
 queue (Soft-RoCE retries them without limit). The writer must then get
 EAGAIN as from a full buffer: before, its send() spun until the reader came
 back. Prints {"sent", "longest_call_s", "eagain", "writable_after_s",
-"sha256", "answer"}.
-(The end of the stream waits for the reader: a shutdown() whose flush times
-out while the reader is away lets the FIN overtake what still waits in the
-send queue; docs/ARCHITECTURE.md, "Not done".)
+"sha256", "answer", "shutdown_s"}.
+A shutdown() while the reader is away cannot wait for those writes to land:
+its FIN must not end the stream before them (the Close frame,
+Connection::announce_end). A close() leaves them to a background flush,
+which delivers them once the reader is back, as TCP would
+(Connection::linger_deadline). An exit waits for them at most the setup
+timeout, then the QP goes: the reader must then see a reset, never a clean
+end of a shorter stream.
 """
+STAY = 12
 import hashlib, json, os, select, socket, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -31,18 +46,33 @@ from peers import HOST, accept_greeted  # staged beside us (tests/buffering/peer
 def server(portfile, sleep_s):
     conn = accept_greeted(portfile)
     time.sleep(sleep_s)
-    h, n = hashlib.sha256(), 0
+    h, n, end = hashlib.sha256(), 0, "eof"
+    # Non-blocking: a read that finds the ring empty looks at the TCP side at
+    # once (a blocking one spins on the ring first, where late writes land).
+    conn.setblocking(False)
     while True:
-        data = conn.recv(1 << 20)
+        select.select([conn], [], [], 30)
+        try:
+            data = conn.recv(1 << 20)
+        except BlockingIOError:
+            continue
+        except ConnectionResetError:
+            end = "reset"
+            break
         if not data:
             break
         h.update(data)
         n += len(data)
-    conn.sendall(("%d %s\n" % (n, h.hexdigest())).encode())
+    conn.setblocking(True)
+    print(json.dumps({"got": n, "sha256": h.hexdigest(), "end": end}, separators=(",", ":")), flush=True)
+    try:
+        conn.sendall(("%d %s\n" % (n, h.hexdigest())).encode())
+    except OSError:
+        pass  # a writer that closed reads no answer
     conn.close()
 
 
-def client(port, seconds):
+def client(port, seconds, end="wait"):
     s = socket.create_connection((HOST, port))
     if s.recv(1) != b"g":
         return 1
@@ -73,14 +103,24 @@ def client(port, seconds):
             time.sleep(0.002)
         longest = max(longest, time.time() - t0)
     t0 = time.time()
-    select.select([], [s], [], 60)  # room again: the reader took what waited
+    if end == "wait":
+        select.select([], [s], [], 60)  # room again: the reader took what waited
     writable_after = time.time() - t0
     s.setblocking(True)
-    s.shutdown(socket.SHUT_WR)
-    answer = s.recv(200).decode().strip()
-    s.close()
+    answer, shut = "", 0.0
+    if end in ("close", "exit"):
+        s.close()
+    else:
+        t0 = time.time()
+        s.shutdown(socket.SHUT_WR)
+        shut = time.time() - t0
+        answer = s.recv(200).decode().strip()
+        s.close()
     print(json.dumps({"sent": sent, "longest_call_s": round(longest, 3), "eagain": eagain,
-                      "writable_after_s": round(writable_after, 3), "sha256": h.hexdigest(), "answer": answer}, separators=(",", ":")), flush=True)
+                      "writable_after_s": round(writable_after, 3), "sha256": h.hexdigest(), "answer": answer,
+                      "shutdown_s": round(shut, 3)}, separators=(",", ":")), flush=True)
+    if end == "close":
+        time.sleep(STAY)  # the close's flush goes on meanwhile
     return 0
 
 
@@ -88,4 +128,4 @@ if __name__ == "__main__":
     if sys.argv[1] == "server":
         server(sys.argv[2], float(sys.argv[3]))
     else:
-        sys.exit(client(int(sys.argv[2]), float(sys.argv[3])))
+        sys.exit(client(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "wait"))
