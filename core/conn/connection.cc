@@ -67,7 +67,20 @@ Connection::~Connection() {
     (void)transport_.release();
     return;
   }
+  forget_exit_notice();  // before any member goes: the exit's flush may be calling
   if (transport_) transport_->remove_user();
+}
+
+void Connection::forget_exit_notice() {
+  if (transport_) transport_->link().set_exit_notice({});
+  if (retired_) retired_->link().set_exit_notice({});
+}
+
+void Connection::cut_at_exit(void* self) {
+  auto* c = static_cast<Connection*>(self);
+  std::unique_lock<std::mutex> tx(c->tx_mu_, std::try_to_lock);
+  if (!tx.owns_lock() || c->tx_ != Tx::kRing || c->tx_shut_.load(std::memory_order_relaxed)) return;
+  c->cut_unconfirmed(c->fd());
 }
 
 std::unique_ptr<Connection> Connection::make_server(int fd, bool syn_kept, bool blocking) {
@@ -122,6 +135,7 @@ void Connection::update_passthrough() {
 
 Connection::Drain Connection::drain_before_close(unsigned avoid_first, unsigned avoid_last) {
   if (orphaned_) return Drain::kClose;  // the TCP side's frames are the parent's
+  forget_exit_notice();  // from here the close's own flush decides
   RDMASHIM_SCHED_POINT(kCloseDrain);
   sys::CallScope scope(last_calls_.load(std::memory_order_relaxed), false);
   int flushed = flush_tx(true);

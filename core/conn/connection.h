@@ -443,6 +443,10 @@ class Connection {
   void announce_end(int fd);
   // A close giving up on writes not yet confirmed: the FIN becomes a reset.
   void cut_unconfirmed(int fd);
+  // Link::ExitNotice: the exit's flush left writes of ours unconfirmed (the
+  // program never closed the socket). Never waits for a lock.
+  static void cut_at_exit(void* self);
+  void forget_exit_notice();  // the close path, or the connection's end, takes over
   // flush_tx's wait, at most timeout_ms; the close path's with its watch.
   int flush_watched(int timeout_ms, bool closing);
   bool drain_rx(unsigned avoid_first, unsigned avoid_last);  // drain_before_close after the flush

@@ -250,6 +250,7 @@ int Connection::hold_unread(const std::vector<unsigned char>& early, uint64_t* k
   if (retired_ == nullptr) {  // a framed stream's transport may still be the first
     retired_ = std::move(transport_);
     retired_ring_ = std::move(ring_);
+    if (retired_) retired_->link().set_exit_notice({});  // the stream is no longer its
   }
   transport_ = std::move(held);
   ring_ = std::move(held_ring);

@@ -602,6 +602,7 @@ void Connection::adopt(std::unique_ptr<Transport> t) {
   ring_.reset(new (std::nothrow) RingChannel(t->link()));
   if (!ring_) return;
   transport_ = std::move(t);
+  transport_->link().set_exit_notice({&Connection::cut_at_exit, this});
   {
     std::lock_guard<std::mutex> lock(wake_mu_);
     wake_fd_ = transport_->link().wait_fd();

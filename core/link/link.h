@@ -95,6 +95,16 @@ class Link {
   // The peer is known gone (its socket reset), told by someone other than
   // flush's watch: nothing more is posted to it, nothing waited for.
   virtual void peer_lost() {}
+  // Called at exit for a link whose writes the exit's flush could not
+  // confirm (verbs: they die with our QP, where a TCP socket's send queue
+  // would still be delivered): its owner tells the peer the stream was cut.
+  // A plain callback (see PeerWatch); the owner clears it ({}) before it
+  // goes, or hands the stream to a close's own flush.
+  struct ExitNotice {
+    void (*cut)(void* ctx) = nullptr;
+    void* ctx = nullptr;
+  };
+  virtual void set_exit_notice(ExitNotice) {}
 
   // Whether the link's provider moves our bytes on this host's cores (a
   // software RDMA device progresses in the kernel, on the CPU a spinner

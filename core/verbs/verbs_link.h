@@ -109,6 +109,11 @@ class VerbsLink final : public Link {
   int flush(int timeout_ms, PeerWatch* watch = nullptr) override;
   bool flush_lingers() const override { return true; }
   void peer_lost() override { peer_bye_.store(true, std::memory_order_release); }
+  void set_exit_notice(ExitNotice n) override;  // under g_links_mu: the exit flush reads it
+  // g_links_mu held, at exit: our writes stay unconfirmed (ExitNotice).
+  void exit_unconfirmed() const {
+    if (exit_notice_.cut) exit_notice_.cut(exit_notice_.ctx);
+  }
   bool provider_on_our_cores() const override { return dev_.software(); }
   size_t put_room() override;
   bool maintained() const override { return true; }
@@ -232,6 +237,7 @@ class VerbsLink final : public Link {
   int wake_fd_ = -1;        // on a shared CQ: our eventfd, ours to close
   int doorbell_ = -1;       // wake_fd_, or our own CQ's channel
   std::atomic<int> sleeping_{0};    // threads between prepare_sleep and finish_sleep
+  ExitNotice exit_notice_;          // g_links_mu
   std::atomic<bool> rung_{false};   // the doorbell was rung since the last drain
   ibv_qp* qp_ = nullptr;
   uint32_t qpn_ = 0;        // qp_'s number, for the CQ's table (qp_ may be handed over)

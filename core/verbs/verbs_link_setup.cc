@@ -331,15 +331,23 @@ int VerbsLink::connect(const Params& peer, size_t ring) {
 // that are gone would take a thousand seconds): every link's marker is
 // posted first, then each waits what is left. Then each says Bye, so its
 // peer's close does not wait for a QP that is gone.
+// What is still unconfirmed then would reach the peer as a clean end of a
+// shorter stream (our FIN): its owner is told (ExitNotice), and resets.
 __attribute__((destructor)) static void flush_all_at_exit() {
   std::lock_guard<std::mutex> lock(g_links_mu);
   for (VerbsLink* l : g_links) l->flush(0);
   const uint64_t deadline = now_ns() + 1'000'000'000;
   for (VerbsLink* l : g_links) {
     uint64_t now = now_ns();
-    l->flush(now < deadline ? static_cast<int>((deadline - now) / 1'000'000) : 0);
+    int r = l->flush(now < deadline ? static_cast<int>((deadline - now) / 1'000'000) : 0);
+    if (r == -ETIMEDOUT) l->exit_unconfirmed();
   }
   for (VerbsLink* l : g_links) l->say_bye();
+}
+
+void VerbsLink::set_exit_notice(ExitNotice n) {
+  std::lock_guard<std::mutex> lock(g_links_mu);
+  exit_notice_ = n;
 }
 
 }  // namespace rdmashim::verbs

@@ -100,10 +100,15 @@ sej=$(kv "$se" json) sev=$(kv "$se" server_json)
 check "stalled reader, writer closes and exits: a reset or every byte, never a shorter clean end" \
 	"$([[ -n $(jf "$sej" sent) && -n $(jf "$sev" end) ]] && { [[ $(jf "$sev" end) == reset ]] || [[ $(jf "$sev" got) == "$(jf "$sej" sent)" && $(jf "$sev" sha256) == "$(jf "$sej" sha256)" ]]; } && echo 1 || echo 0)" \
 	"sent $(jf "$sej" sent), the reader got $(jf "$sev" got) then $(jf "$sev" end)"
+sq=$(result "$out" stallquit.client)
+sqj=$(kv "$sq" json) sqv=$(kv "$sq" server_json)
+check "stalled reader, writer exits without closing: a reset or every byte, never a shorter clean end" \
+	"$([[ -n $(jf "$sqj" sent) && -n $(jf "$sqv" end) ]] && { [[ $(jf "$sqv" end) == reset ]] || [[ $(jf "$sqv" got) == "$(jf "$sqj" sent)" && $(jf "$sqv" sha256) == "$(jf "$sqj" sha256)" ]]; } && echo 1 || echo 0)" \
+	"sent $(jf "$sqj" sent), the reader got $(jf "$sqv" got) then $(jf "$sqv" end)"
 both=1
-for x in "$ss" "$sc" "$se"; do [[ $(kv "$x" transport) == verbs && $(kv "$x" server) == verbs ]] || both=0; done
-check "stalled reader, writer shuts down, closes or exits: both sides -> verbs" "$both" \
-	"shutdown: client $(kv "$ss" transport), server $(kv "$ss" server); close: client $(kv "$sc" transport), server $(kv "$sc" server); exit: client $(kv "$se" transport), server $(kv "$se" server)"
+for x in "$ss" "$sc" "$se" "$sq"; do [[ $(kv "$x" transport) == verbs && $(kv "$x" server) == verbs ]] || both=0; done
+check "stalled reader, writer shuts down, closes, exits or quits: both sides -> verbs" "$both" \
+	"shutdown: client $(kv "$ss" transport), server $(kv "$ss" server); close: client $(kv "$sc" transport), server $(kv "$sc" server); exit: client $(kv "$se" transport), server $(kv "$se" server); quit: client $(kv "$sq" transport), server $(kv "$sq" server)"
 check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
 check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 # Elastic registration: a connection that moved 256 MiB and went idle keeps

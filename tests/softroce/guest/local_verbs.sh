@@ -67,9 +67,10 @@ say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline ech
 # Then the writer ends its stream while the reader is still away: a
 # shutdown() (its FIN must not end the stream before the writes still queued:
 # every byte, then the end), a close() in a process that lives on (its flush
-# goes on in the background: every byte, then the end) and a close() and
-# exit (the exit gives up on them after the setup timeout: the reader sees a
-# reset, never a clean end of a shorter stream).
+# goes on in the background: every byte, then the end), a close() and exit
+# (the exit gives up on them after the setup timeout: the reader sees a
+# reset, never a clean end of a shorter stream) and an exit without close()
+# (after the exit's one-second flush: the same).
 stall_run() { # NAME END SLEEP: one reader and writer pair; says NAME.client
 	local name=$1 end=$2 sleep_s=$3 spid rc out
 	rm -f "$name.port"
@@ -89,6 +90,7 @@ stall_run stall wait "${STALL_SLEEP:-8}"
 stall_run stallshut shutdown "${STALL_SLEEP:-8}" &
 stall_run stallclose close "${STALL_SLEEP:-8}" &
 stall_run stallexit exit "${STALL_SLEEP:-8}" &
+stall_run stallquit quit "${STALL_SLEEP:-8}" &
 wait
 
 # Elastic registered memory (verbs/regions.h): a connection that moved

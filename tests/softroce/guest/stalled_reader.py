@@ -20,6 +20,9 @@ messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
                                     away; exit STAY s later (the reader is
                                     back by then)
                           exit      close() at once, and exit
+                          quit      exit at once without closing (the
+                                    socket's last name is a duplicate the
+                                    interpreter's shutdown leaves open)
 
 On TCP the writer fills the socket buffers and gets EAGAIN. Over verbs each
 message is one WRITE WITH IMM, which takes one of the reader's posted
@@ -33,8 +36,8 @@ its FIN must not end the stream before them (the Close frame,
 Connection::announce_end). A close() leaves them to a background flush,
 which delivers them once the reader is back, as TCP would
 (Connection::linger_deadline). An exit waits for them at most the setup
-timeout, then the QP goes: the reader must then see a reset, never a clean
-end of a shorter stream.
+timeout (one second for a socket it never closed), then the QP goes: the
+reader must then see a reset, never a clean end of a shorter stream.
 """
 STAY = 12
 import hashlib, json, os, select, socket, sys, time
@@ -109,6 +112,9 @@ def client(port, seconds, end="wait"):
     s.setblocking(True)
     answer, shut = "", 0.0
     if end in ("close", "exit"):
+        s.close()
+    elif end == "quit":
+        os.dup(s.fileno())  # never closed: the stream is open at exit()
         s.close()
     else:
         t0 = time.time()
