@@ -215,8 +215,16 @@ short Connection::poll_events(short want, short kernel) {
     if (shut_tail_.load(std::memory_order_relaxed) != UINT64_MAX) abort_if_data_after_shutdown();
     size_t lowat = rcvlowat();
     bool data = lowat <= 1 ? ring_->readable_hint() : ring_->unread_hint() >= lowat;
-    if (data || rx_end_.load(std::memory_order_acquire)) ev |= POLLIN | POLLRDNORM;
-    if (peer_wr_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed)) ev |= POLLRDHUP;
+    const bool end = rx_end_.load(std::memory_order_acquire);  // one look, for both bits
+    if (data || end) ev |= POLLIN | POLLRDNORM;
+    // The hang-up only with the end it announces, as the kernel reports
+    // them: a FIN a writer of ours saw, or another thread is taking in right
+    // now, or one whose announced writes are still on their way, is not
+    // readable yet (an edge-triggered set reported EPOLLRDHUP alone, and
+    // its reader never saw the EOF: asio.epoll_read_race_fin).
+    if (end && (peer_wr_shut_.load(std::memory_order_relaxed) || rx_shut_.load(std::memory_order_relaxed))) {
+      ev |= POLLRDHUP;
+    }
     if (urg_state_.load(std::memory_order_relaxed) == kUrgValid) ev |= POLLPRI;
   }
   if (!tx_ring_.load(std::memory_order_acquire)) {
