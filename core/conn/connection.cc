@@ -282,18 +282,13 @@ int Connection::flush_tx(bool closing) {
   return r;
 }
 
-void Connection::announce_end(int fd) {
+void Connection::announce_end() {
   if (end_announced_ || !ring_) return;
   end_announced_ = true;
-  unsigned char buf[sizeof(wire::FrameHeader) + sizeof(uint64_t)];
-  wire::FrameHeader h{sizeof(uint64_t), static_cast<uint16_t>(wire::FrameType::kClose), 0};
   uint64_t end = ring_->tx_position();
-  memcpy(buf, &h, sizeof h);
-  memcpy(buf + sizeof h, &end, sizeof end);
-  // The TCP side carries only our few control frames: room for 16 bytes.
-  ssize_t n = sys::real().send(fd, buf, sizeof buf, MSG_NOSIGNAL | MSG_DONTWAIT);
-  RDMASHIM_DEBUG("fd %d: ring writes up to %llu not confirmed before our FIN: Close frame %s", fd,
-                 static_cast<unsigned long long>(end), n == static_cast<ssize_t>(sizeof buf) ? "sent" : "failed");
+  int r = send_control(wire::FrameType::kClose, &end, sizeof end);
+  RDMASHIM_DEBUG("fd %d: ring writes up to %llu not confirmed before our FIN: Close frame %s", fd(),
+                 static_cast<unsigned long long>(end), r == 0 ? "sent" : "failed");
 }
 
 int Connection::flush_watched(int timeout_ms, bool closing) {
@@ -340,7 +335,7 @@ int Connection::shutdown(int how) {
       // The FIN must not overtake the data. Writes a reader away from its
       // socket leaves in our send queue land once it is back: the Close
       // frame tells it to wait for them rather than end at our FIN.
-      if (flush_tx() == -ETIMEDOUT) announce_end(fd_);
+      if (flush_tx() == -ETIMEDOUT) announce_end();
     } else if (tx_ == Tx::kUndecided) {
       tx_ = Tx::kRaw;
     }

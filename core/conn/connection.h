@@ -437,10 +437,10 @@ class Connection {
   // The flush's result: 0, -ETIMEDOUT (not confirmed; flush_pending_ if it
   // goes on in the background) or the link's error.
   int flush_tx(bool closing = false);
-  // Before a FIN that follows ring writes not yet confirmed: a Close frame
-  // with our final position on `fd` (ours, or the held duplicate), so the
-  // peer's end of stream waits for them (its awaiting_end()). Once.
-  void announce_end(int fd);
+  // tx_mu_ held, before a FIN that follows ring writes not yet confirmed: a
+  // Close frame with our final position, so the peer's end of stream waits
+  // for them (its awaiting_end()). Once.
+  void announce_end();
   // A close giving up on writes not yet confirmed: the FIN becomes a reset.
   void cut_unconfirmed(int fd);
   // Link::ExitNotice: the exit's flush left writes of ours unconfirmed (the
