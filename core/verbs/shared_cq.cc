@@ -138,16 +138,19 @@ void SharedCq::take_own_events() {
   if (n) ibv()->ack_cq_events(cq_, n);
 }
 
-void SharedCq::poll_locked() {
+int SharedCq::poll_locked() {
   ibv_wc wc[32];
+  int handed = 0;
+  ++polls_;
   for (;;) {
     int n = ibv_poll_cq(cq_, 32, wc);
     if (n <= 0) {
       if (n < 0) {
         for (auto& [qpn, link] : links_) link->cq_failed();
       }
-      return;
+      return handed;
     }
+    handed += n;
     // Each link touched by this batch, once: receives reposted, sleepers woken.
     VerbsLink* touched[32];
     int t = 0;
@@ -163,8 +166,18 @@ void SharedCq::poll_locked() {
       if (std::find(touched, touched + t, link) == touched + t) touched[t++] = link;
     }
     for (int i = 0; i < t; ++i) touched[i]->after_completions();
-    if (n < 32) return;  // it was empty then: a later completion is the next poll's
+    if (n < 32) return handed;  // it was empty then: a later completion is the next poll's
   }
+}
+
+bool SharedCq::tend() {
+  if (!mu.try_lock()) return false;  // being polled now
+  bool handed = false;
+  // A CQ polled since the last look has a program looking at it: left alone.
+  if (polls_ == polls_tended_) handed = poll_locked() > 0;
+  polls_tended_ = polls_;
+  mu.unlock();
+  return handed;
 }
 
 void SharedCq::on_event() {

@@ -16,6 +16,12 @@
 //             heartbeat, the watcher below) hands each completion to the
 //             link its QP number names, under the CQ's mutex, which guards
 //             what completions update in every link of that CQ.
+//   tending:  a program away from its sockets polls nothing, and each
+//             message a writer sends takes one of the reader's posted
+//             receives, reposted only as completions are handed over: so
+//             the heartbeat thread polls a CQ nobody polled since its last
+//             look (tend()), and a writer's messages keep landing in the
+//             reader's ring while it is away, as in TCP's buffers.
 //   sleeping: a link on a shared CQ has its own doorbell, an eventfd. A
 //             sleeper counts itself on the link and on the CQ, then arms
 //             the CQ, then re-checks (Link::prepare_sleep). Whoever hands a
@@ -67,8 +73,12 @@ class SharedCq {
   // too). Once per attach(); qpn 0: no QP was added, or it was removed.
   void detach(uint32_t qpn);
 
-  // Everything queued, handed to the links; the caller holds mu.
-  void poll_locked();
+  // Everything queued, handed to the links; the caller holds mu. How many.
+  int poll_locked();
+  // The heartbeat thread's look: polls the CQ unless someone else polled it
+  // since the last look or holds it now (never waits for mu). true if it
+  // handed over any completion.
+  bool tend();
   // Sleepers on this CQ's links: the watcher re-arms it while there are any.
   void sleep_begins();
   void sleep_ends() {
@@ -101,6 +111,7 @@ class SharedCq {
   std::unordered_map<uint32_t, VerbsLink*> links_;  // under mu
   VerbsLink* last_ = nullptr;     // under mu: the last link a completion went to
   uint32_t last_qpn_ = 0;
+  uint64_t polls_ = 0, polls_tended_ = 0;  // under mu: polls made, and at tend()'s last look
 };
 
 void* watch_completions(void*);

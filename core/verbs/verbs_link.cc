@@ -456,6 +456,14 @@ bool VerbsLink::peer_seen() const {
 void VerbsLink::prepare_sleep(unsigned) {
   sleeping_.fetch_add(1, std::memory_order_seq_cst);
   cq_->sleep_begins();  // counted there too, then armed: the caller's look comes after
+  if (on_own_cq()) {
+    // Only a completion after the arm makes our CQ's event, and nothing
+    // else rings us: one another thread (the heartbeat's tending, another
+    // of the program's) polled before the arm and is handing over now must
+    // be stored before the caller looks, which never waits for the mutex.
+    std::lock_guard<std::mutex> lock(cq_->mu);
+    poll_completions();
+  }
 }
 
 void VerbsLink::finish_sleep(unsigned, bool rung) {

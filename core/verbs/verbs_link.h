@@ -23,6 +23,9 @@
 //            link's eventfd, rung by whoever hands it a completion while a
 //            thread sleeps on it. prepare_sleep() counts the sleeper and
 //            arms the CQ, the caller re-checks, then sleeps on the doorbell.
+//            A reader away from its socket polls nothing: the heartbeat
+//            thread tends its CQ (SharedCq::tend), so its receives are
+//            reposted and the writer's messages keep landing in its ring.
 //   memory:  the receive ring is a chain of registered regions
 //            (verbs/regions.h): kStartRegion at first, grown when the
 //            producer reports pressure, shrunk when drained and idle; the
@@ -272,6 +275,9 @@ class VerbsLink final : public Link {
   // minutes, so a link with no post for a minute re-sends its last credit.
   friend void* heartbeat_loop(void*);
   void heartbeat_if_idle();
+  // The same thread, every few milliseconds: our CQ, if nobody polled it
+  // since its last look (SharedCq::tend). true if it held completions.
+  bool tend() { return cq_ && cq_->tend(); }
   uint64_t posts_ = 0;            // under sq_mu_
   uint64_t posts_at_beat_ = 0;    // the heartbeat thread's last look
   bool beat_pending_ = false;     // the heartbeat thread's last beat, not known complete

@@ -78,10 +78,28 @@ void VerbsLink::hand_over_resources(Leftovers* to) {
 }
 
 void* heartbeat_loop(void*) {
+  // Tends every link's CQ (SharedCq::tend): every kTendMinMs while a look
+  // finds completions (a writer sending to a reader away from its socket),
+  // backing off to kTendMaxMs while none does; and beats idle links every
+  // heartbeat_s.
+  constexpr long kTendMinMs = 5, kTendMaxMs = 250;
+  const uint64_t beat_every = uint64_t{config().heartbeat_s} * 1'000'000'000;
+  uint64_t next_beat = now_ns() + beat_every;
+  long wait_ms = kTendMaxMs;
   for (;;) {
-    sleep(config().heartbeat_s);
-    std::lock_guard<std::mutex> lock(g_links_mu);
-    for (VerbsLink* l : g_links) l->heartbeat_if_idle();
+    timespec nap{0, wait_ms * 1'000'000};
+    nanosleep(&nap, nullptr);
+    const bool beat = now_ns() >= next_beat;
+    bool handed = false;
+    {
+      std::lock_guard<std::mutex> lock(g_links_mu);
+      for (VerbsLink* l : g_links) handed |= l->tend();
+      if (beat) {
+        for (VerbsLink* l : g_links) l->heartbeat_if_idle();
+      }
+    }
+    if (beat) next_beat = now_ns() + beat_every;
+    wait_ms = handed ? kTendMinMs : std::min(wait_ms * 2, kTendMaxMs);
   }
 }
 

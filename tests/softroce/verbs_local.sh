@@ -5,9 +5,11 @@
 # tests/buffering (a client writes 4 MiB before it reads) under `rdmashim
 # run`; then a reader that does not look at its socket for STALL_SLEEP s while
 # a non-blocking writer sends 64 B messages (guest/stalled_reader.py: EAGAIN,
-# never a send() that waits for the reader, every byte once it reads; and
-# with the reader still away, a writer that shuts down (every byte, then the
-# end) and one that closes (a reset, never a clean shorter stream)); then
+# never a send() that waits for the reader, its ring filled while it sleeps,
+# every byte once it reads; with a sleeping reader, a writer that exits
+# (every byte, then the end); with a stopped one, a writer that shuts down
+# (every byte, then the end) and one that exits (a reset, never a clean
+# shorter stream)); then
 # a connection that moves 256 MiB and goes idle, which must give
 # its registered memory back (guest/idle_peer.py, `rdmashim stat`); then one
 # process opens MANY_N connections to a server whose verbs memory budget is
@@ -76,39 +78,56 @@ check "stalled reader: every byte, in order, once it reads" \
 	"sent $(jf "$sj" sent) sha256 $(jf "$sj" sha256 | cut -c1-16)…, answer $(jf "$sj" answer | cut -c1-30)…"
 check "stalled reader: both sides -> verbs" "$([[ $(kv "$st" transport) == verbs && $(kv "$st" server) == verbs ]] && echo 1 || echo 0)" \
 	"client $(kv "$st" transport), server $(kv "$st" server)"
+# Its heartbeat thread reposts the sleeping reader's receives (SharedCq::
+# tend), so the writer fills its ring (a 256 KiB first region) as TCP's
+# buffers would be filled; before, 31,232 bytes (256 receives, then RNR).
+check "stalled reader: the writer fills the sleeping reader's ring, not just its 256 receives" \
+	"$([[ -n $(jf "$sj" sent) && $(jf "$sj" sent) -ge $((192 << 10)) ]] && echo 1 || echo 0)" \
+	"sent $(jf "$sj" sent) bytes while the reader slept (at least $((192 << 10)))"
 # The writer ends its stream with the reader still away (guest/stalled_reader.py
-# END shutdown and close). Before, the FIN could end the stream ahead of the
-# writes still queued: the reader saw a clean, shorter stream.
+# END shutdown, close, exit, quit). Before, the FIN could end the stream
+# ahead of the writes still queued: the reader saw a clean, shorter stream.
+# A reader that stopped (SIGSTOP) reposts nothing, so the writes wait in the
+# writer's send queue: shutdown, close and exit run against one; a reader
+# that sleeps takes them all, and exit and quit run against one.
 ss=$(result "$out" stallshut.client)
 ssj=$(kv "$ss" json) ssv=$(kv "$ss" server_json)
-check "stalled reader, writer shuts down: every byte, then the end" \
+check "stopped reader, writer shuts down: every byte, then the end" \
 	"$([[ -n $(jf "$ssj" sent) && "$(jf "$ssj" answer)" == "$(jf "$ssj" sent) $(jf "$ssj" sha256)" && $(jf "$ssv" end) == eof ]] && echo 1 || echo 0)" \
 	"sent $(jf "$ssj" sent) (shutdown() took $(jf "$ssj" shutdown_s) s), the reader got $(jf "$ssv" got) then $(jf "$ssv" end), sha256 $([[ $(jf "$ssj" sha256) == "$(jf "$ssv" sha256)" ]] && echo equal || echo differs)"
 # The case above is the one where the FIN could overtake the writes: the
 # shutdown's flush ended unconfirmed, and the writer said where its stream
 # ends (Connection::announce_end; the reader's side: tests/unit, Connection.
 # FinAfterAnAnnouncedEndWaitsForTheRingToGetThere).
-check "stalled reader, writer shuts down: its writes were still queued, and it announced its end" \
+check "stopped reader, writer shuts down: its writes were still queued, and it announced its end" \
 	"$([[ $(kv "$ss" announced) == 1 ]] && echo 1 || echo 0)" "Close frames logged by the writer: $(kv "$ss" announced)"
 sc=$(result "$out" stallclose.client)
 scj=$(kv "$sc" json) scv=$(kv "$sc" server_json)
-check "stalled reader, writer closes and lives on: every byte, then the end" \
+check "stopped reader, writer closes and lives on: every byte, then the end" \
 	"$([[ -n $(jf "$scj" sent) && $(jf "$scv" got) == "$(jf "$scj" sent)" && $(jf "$scv" sha256) == "$(jf "$scj" sha256)" && $(jf "$scv" end) == eof ]] && echo 1 || echo 0)" \
 	"sent $(jf "$scj" sent), the reader got $(jf "$scv" got) then $(jf "$scv" end), sha256 $([[ $(jf "$scj" sha256) == "$(jf "$scv" sha256)" ]] && echo equal || echo differs)"
+every_byte() { # CLIENT_JSON SERVER_JSON: the reader got what the writer sent, then EOF
+	[[ -n $(jf "$1" sent) && $(jf "$2" got) == "$(jf "$1" sent)" && $(jf "$2" sha256) == "$(jf "$1" sha256)" && $(jf "$2" end) == eof ]]
+}
 se=$(result "$out" stallexit.client)
 sej=$(kv "$se" json) sev=$(kv "$se" server_json)
-check "stalled reader, writer closes and exits: a reset or every byte, never a shorter clean end" \
-	"$([[ -n $(jf "$sej" sent) && -n $(jf "$sev" end) ]] && { [[ $(jf "$sev" end) == reset ]] || [[ $(jf "$sev" got) == "$(jf "$sej" sent)" && $(jf "$sev" sha256) == "$(jf "$sej" sha256)" ]]; } && echo 1 || echo 0)" \
-	"sent $(jf "$sej" sent), the reader got $(jf "$sev" got) then $(jf "$sev" end)"
+check "sleeping reader, writer closes and exits: every byte, then the end" \
+	"$(every_byte "$sej" "$sev" && echo 1 || echo 0)" \
+	"sent $(jf "$sej" sent), the reader got $(jf "$sev" got) then $(jf "$sev" end) (before: 16,320 then a reset)"
 sq=$(result "$out" stallquit.client)
 sqj=$(kv "$sq" json) sqv=$(kv "$sq" server_json)
-check "stalled reader, writer exits without closing: a reset or every byte, never a shorter clean end" \
-	"$([[ -n $(jf "$sqj" sent) && -n $(jf "$sqv" end) ]] && { [[ $(jf "$sqv" end) == reset ]] || [[ $(jf "$sqv" got) == "$(jf "$sqj" sent)" && $(jf "$sqv" sha256) == "$(jf "$sqj" sha256)" ]]; } && echo 1 || echo 0)" \
-	"sent $(jf "$sqj" sent), the reader got $(jf "$sqv" got) then $(jf "$sqv" end)"
+check "sleeping reader, writer exits without closing: every byte, then the end" \
+	"$(every_byte "$sqj" "$sqv" && echo 1 || echo 0)" \
+	"sent $(jf "$sqj" sent), the reader got $(jf "$sqv" got) then $(jf "$sqv" end) (before: 16,320 then a reset)"
+sx=$(result "$out" stallstop.client)
+sxj=$(kv "$sx" json) sxv=$(kv "$sx" server_json)
+check "stopped reader, writer closes and exits: a reset or every byte, never a shorter clean end" \
+	"$([[ -n $(jf "$sxj" sent) && -n $(jf "$sxv" end) ]] && { [[ $(jf "$sxv" end) == reset ]] || every_byte "$sxj" "$sxv"; } && echo 1 || echo 0)" \
+	"sent $(jf "$sxj" sent), the reader got $(jf "$sxv" got) then $(jf "$sxv" end)"
 both=1
-for x in "$ss" "$sc" "$se" "$sq"; do [[ $(kv "$x" transport) == verbs && $(kv "$x" server) == verbs ]] || both=0; done
+for x in "$ss" "$sc" "$se" "$sq" "$sx"; do [[ $(kv "$x" transport) == verbs && $(kv "$x" server) == verbs ]] || both=0; done
 check "stalled reader, writer shuts down, closes, exits or quits: both sides -> verbs" "$both" \
-	"shutdown: client $(kv "$ss" transport), server $(kv "$ss" server); close: client $(kv "$sc" transport), server $(kv "$sc" server); exit: client $(kv "$se" transport), server $(kv "$se" server); quit: client $(kv "$sq" transport), server $(kv "$sq" server)"
+	"shutdown: client $(kv "$ss" transport), server $(kv "$ss" server); close: client $(kv "$sc" transport), server $(kv "$sc" server); exit: client $(kv "$se" transport), server $(kv "$se" server); quit: client $(kv "$sq" transport), server $(kv "$sq" server); exit, reader stopped: client $(kv "$sx" transport), server $(kv "$sx" server)"
 check "echo4m client -> verbs" "$([[ $(kv "$c" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$c" transport)"
 check "echo4m server -> verbs" "$([[ $(kv "$s" transport) == verbs ]] && echo 1 || echo 0)" "logged: $(kv "$s" transport)"
 # Elastic registration: a connection that moved 256 MiB and went idle keeps

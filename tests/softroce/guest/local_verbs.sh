@@ -71,13 +71,21 @@ say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline ech
 # (the exit gives up on them after the setup timeout: the reader sees a
 # reset, never a clean end of a shorter stream) and an exit without close()
 # (after the exit's one-second flush: the same).
-stall_run() { # NAME END SLEEP: one reader and writer pair; says NAME.client
-	local name=$1 end=$2 sleep_s=$3 spid rc out
+stall_run() { # NAME END SLEEP [AWAY]: one reader and writer pair; says NAME.client
+	local name=$1 end=$2 sleep_s=$3 away=${4:-sleep} spid rc out
 	rm -f "$name.port"
 	timeout 120 "${SHIM[@]}" python3 "$STAGE_DIR/guest/stalled_reader.py" server "$PWD/$name.port" \
-		"$sleep_s" >"$name.server.out" 2>"$name.server.log" &
+		"$sleep_s" "$away" >"$name.server.out" 2>"$name.server.log" &
 	spid=$!
 	for ((i = 0; i < 300; i++)); do [[ -s $name.port ]] && break; sleep 0.1; done
+	if [[ $away == stop ]]; then # the reader stops itself once it greeted; continued SLEEP s later
+		(
+			pid=$(pgrep -n -f "stalled_reader.py server $PWD/$name.port") # the newest: python, not its timeout
+			for ((i = 0; i < 600; i++)); do [[ $(awk '{ print $3 }' "/proc/$pid/stat" 2>/dev/null) == T ]] && break; sleep 0.1; done
+			sleep "$sleep_s"
+			kill -CONT "$pid"
+		) &
+	fi
 	# (the writer logs at debug level: whether its end was announced)
 	out=$(timeout 100 "$BIN/rdmashim" run --log debug -- python3 "$STAGE_DIR/guest/stalled_reader.py" client \
 		"$(cat "$name.port" 2>/dev/null)" "${STALL_WRITE:-4}" "$end" 2>"$name.client.log")
@@ -87,10 +95,14 @@ stall_run() { # NAME END SLEEP: one reader and writer pair; says NAME.client
 announced=$(grep -c 'Close frame sent' "$name.client.log") log=$(cat "$name.client.log" "$name.server.log" | oneline_in) server_json=$(cat "$name.server.out" 2>/dev/null | oneline_in) json=${out:-none}"
 }
 stall_run stall wait "${STALL_SLEEP:-8}"
-stall_run stallshut shutdown "${STALL_SLEEP:-8}" &
-stall_run stallclose close "${STALL_SLEEP:-8}" &
+# A sleeping reader's heartbeat thread reposts its receives (SharedCq::tend):
+# the writer's exit must leave nothing behind. A stopped one's does not.
 stall_run stallexit exit "${STALL_SLEEP:-8}" &
 stall_run stallquit quit "${STALL_SLEEP:-8}" &
+wait
+stall_run stallshut shutdown "${STALL_SLEEP:-8}" stop &
+stall_run stallclose close "${STALL_SLEEP:-8}" stop &
+stall_run stallstop exit "${STALL_SLEEP:-8}" stop &
 wait
 
 # Elastic registered memory (verbs/regions.h): a connection that moved

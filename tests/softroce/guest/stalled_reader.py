@@ -2,11 +2,16 @@
 """A reader that looks at nothing for a while, and a writer of small
 messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
 
-  server PORTFILE SLEEP   accept; greet ("g"); read nothing (no call on the
+  server PORTFILE SLEEP [AWAY]
+                          accept; greet ("g"); read nothing (no call on the
                           socket at all) for SLEEP s; then read to EOF as
                           an event loop does (select, non-blocking recv) and
                           answer the SHA-256 of what came; prints
                           {"got", "sha256", "end": "eof"|"reset"}
+                          AWAY sleep (default): the process sleeps, its
+                          threads run; stop: it stops itself (SIGSTOP, as a
+                          debugger or ^Z would), every thread with it, and
+                          its caller sends SIGCONT SLEEP s later
   client PORT SECONDS [END]
                           64 B messages, non-blocking, until SECONDS pass or
                           a send has had EAGAIN for 1 s; then END:
@@ -26,29 +31,35 @@ messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
 
 On TCP the writer fills the socket buffers and gets EAGAIN. Over verbs each
 message is one WRITE WITH IMM, which takes one of the reader's posted
-receives; with the reader away they run out and the rest wait in our send
-queue (Soft-RoCE retries them without limit). The writer must then get
-EAGAIN as from a full buffer: before, its send() spun until the reader came
-back. Prints {"sent", "longest_call_s", "eagain", "writable_after_s",
+receives. A reader that sleeps has them reposted by its heartbeat thread
+(SharedCq::tend), so the writer fills the reader's ring; before, they ran
+out after 256 messages (31 KB sent). A stopped reader reposts nothing: the
+rest wait in our send queue (Soft-RoCE retries them without limit). Either
+way the writer must then get EAGAIN as from a full buffer: before, its
+send() spun until the reader came back. Prints {"sent", "longest_call_s", "eagain", "writable_after_s",
 "sha256", "answer", "shutdown_s"}.
-A shutdown() while the reader is away cannot wait for those writes to land:
-its FIN must not end the stream before them (the Close frame,
+A shutdown() while the reader is stopped cannot wait for those writes to
+land: its FIN must not end the stream before them (the Close frame,
 Connection::announce_end). A close() leaves them to a background flush,
 which delivers them once the reader is back, as TCP would
 (Connection::linger_deadline). An exit waits for them at most the setup
-timeout (one second for a socket it never closed), then the QP goes: the
-reader must then see a reset, never a clean end of a shorter stream.
+timeout (one second for a socket it never closed), then the QP goes: a
+stopped reader must then see a reset, never a clean end of a shorter
+stream; a sleeping one, every byte.
 """
 STAY = 12
-import hashlib, json, os, select, socket, sys, time
+import hashlib, json, os, select, signal, socket, sys, time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from peers import HOST, accept_greeted  # staged beside us (tests/buffering/peers.py)
 
 
-def server(portfile, sleep_s):
+def server(portfile, sleep_s, away="sleep"):
     conn = accept_greeted(portfile)
-    time.sleep(sleep_s)
+    if away == "stop":
+        os.kill(os.getpid(), signal.SIGSTOP)
+    else:
+        time.sleep(sleep_s)
     h, n, end = hashlib.sha256(), 0, "eof"
     # Non-blocking: a read that finds the ring empty looks at the TCP side at
     # once (a blocking one spins on the ring first, where late writes land).
@@ -132,6 +143,6 @@ def client(port, seconds, end="wait"):
 
 if __name__ == "__main__":
     if sys.argv[1] == "server":
-        server(sys.argv[2], float(sys.argv[3]))
+        server(sys.argv[2], float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "sleep")
     else:
         sys.exit(client(int(sys.argv[2]), float(sys.argv[3]), sys.argv[4] if len(sys.argv) > 4 else "wait"))
