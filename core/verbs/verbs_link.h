@@ -28,7 +28,9 @@
 //            reposted and the writer's messages keep landing in its ring.
 //   memory:  the receive ring is a chain of registered regions
 //            (verbs/regions.h): kStartRegion at first, grown when the
-//            producer reports pressure, shrunk when drained and idle; the
+//            producer reports pressure (in the reader's calls, or by the
+//            heartbeat thread while it is away), shrunk when drained and
+//            idle; the
 //            Pressure/Offer/Switch messages are SENDs into receive slots of
 //            a small registered control buffer. The staging buffer likewise
 //            starts at kStartRegion, grows while a writer waits on it and
@@ -46,6 +48,7 @@
 #include <mutex>
 
 #include "link/link.h"
+#include "util/misc.h"
 #include "ring/ring_limits.h"
 #include "verbs/device.h"
 #include "verbs/params.h"
@@ -202,7 +205,10 @@ class VerbsLink final : public Link {
   void adopt_locked(std::unique_lock<std::mutex>& lock);
   // Consumer, offer_mu_ held: registers a region of `size` and offers it.
   // budgeted: a larger region (a shrink replaces a larger one, so it may not be refused for memory).
-  void offer_region(size_t size, bool budgeted);
+  // room kNoWait: no offer (the buffer dropped, the pressure kept) when
+  // the send queue has no room for it now.
+  void offer_region(size_t size, bool budgeted, Room room = Room::kWait);
+  void tend_regions();  // the heartbeat thread: offer_region for a pressure our program is away from
   void retire_rx();  // reader: gives back the region the stream left
   // Tx owned, everything put posted: grows a staging writers found full
   // (grow_only: only that), shrinks an idle one, gives back the previous one.
@@ -277,7 +283,13 @@ class VerbsLink final : public Link {
   void heartbeat_if_idle();
   // The same thread, every few milliseconds: our CQ, if nobody polled it
   // since its last look (SharedCq::tend). true if it held completions.
-  bool tend() { return cq_ && cq_->tend(); }
+  // Then a pressure the writer reported: the bigger region (tend_regions).
+  bool tend() {
+    if (!cq_) return false;
+    bool handed = cq_->tend();
+    if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) tend_regions();
+    return handed;
+  }
   uint64_t posts_ = 0;            // under sq_mu_
   uint64_t posts_at_beat_ = 0;    // the heartbeat thread's last look
   bool beat_pending_ = false;     // the heartbeat thread's last beat, not known complete

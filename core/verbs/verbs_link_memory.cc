@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "util/log.h"
+#include "util/process.h"
 #include "verbs/verbs_link.h"
 
 namespace rdmashim::verbs {
@@ -19,7 +20,7 @@ void VerbsLink::adopt_locked(std::unique_lock<std::mutex>& lock) {
   post_ctl_locked(s);
 }
 
-void VerbsLink::offer_region(size_t size, bool budgeted) {
+void VerbsLink::offer_region(size_t size, bool budgeted, Room room) {
   Buffer b;
   if (!dev_.take(size, true, &b, budgeted)) {
     // Registration refused (the memory budget, the device's limits,
@@ -29,9 +30,29 @@ void VerbsLink::offer_region(size_t size, bool budgeted) {
     RDMASHIM_DEBUG("verbs: registering a %zu-byte region failed: the ring stays at %zu", size, rx_rgn_.size());
     return;
   }
+  std::unique_lock<std::mutex> lock(sq_mu_);
+  if (reserve_sq(lock, 1, room) == -EAGAIN) {
+    // No room for the offer now: nothing was offered, the pressure stays.
+    lock.unlock();
+    dev_.drop(b);
+    return;
+  }
   Ctl c = rx_rgn_.offer(b);
   c.rkey = b.mr->rkey;
-  post_ctl(c);
+  if (!error()) post_ctl_locked(c);
+}
+
+void VerbsLink::tend_regions() {
+  // A writer found our region full while our program was away from the
+  // socket: the bigger region its own call would offer (publish_head), so
+  // the writer goes on filling as TCP's buffers would be (once: the next
+  // offer waits until the reader has passed the switch to this one).
+  // Never waiting: the heartbeat thread holds every link's lock.
+  if (!rx_rgn_.pressure() || error() || sandbox() != Sandbox::kNone || !sq_has_room(1)) return;
+  std::unique_lock<std::mutex> lock(offer_mu_, std::try_to_lock);
+  if (lock.owns_lock() && rx_rgn_.can_offer() && rx_rgn_.pressure()) {
+    offer_region(rx_rgn_.grown_size(), true, Room::kNoWait);
+  }
 }
 
 void VerbsLink::retire_rx() {
