@@ -48,8 +48,8 @@
 #include <mutex>
 
 #include "link/link.h"
-#include "util/misc.h"
 #include "ring/ring_limits.h"
+#include "util/misc.h"
 #include "verbs/device.h"
 #include "verbs/params.h"
 #include "verbs/regions.h"
