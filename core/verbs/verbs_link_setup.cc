@@ -29,7 +29,10 @@ namespace rdmashim::verbs {
 namespace {
 
 std::mutex g_links_mu;
-std::vector<VerbsLink*> g_links;  // connected links of this process
+// Connected links of this process. Never destroyed: the heartbeat thread
+// runs until the process is gone, after the library's static destructors.
+std::vector<VerbsLink*>& g_links = *new std::vector<VerbsLink*>();
+bool g_exiting = false;  // g_links_mu: the exit flush took the links over
 bool g_heartbeat_started = false;
 unsigned g_fork_generation = 0;  // a link made before a fork is the parent's
 
@@ -93,6 +96,7 @@ void* heartbeat_loop(void*) {
     bool handed = false;
     {
       std::lock_guard<std::mutex> lock(g_links_mu);
+      if (g_exiting) continue;  // what exit tears down is not ours to look at
       for (VerbsLink* l : g_links) handed |= l->tend();
       if (beat) {
         for (VerbsLink* l : g_links) l->heartbeat_if_idle();
@@ -353,6 +357,7 @@ int VerbsLink::connect(const Params& peer, size_t ring) {
 // shorter stream (our FIN): its owner is told (ExitNotice), and resets.
 __attribute__((destructor)) static void flush_all_at_exit() {
   std::lock_guard<std::mutex> lock(g_links_mu);
+  g_exiting = true;  // the heartbeat thread looks at no link from now on
   for (VerbsLink* l : g_links) l->flush(0);
   const uint64_t deadline = now_ns() + 1'000'000'000;
   for (VerbsLink* l : g_links) {

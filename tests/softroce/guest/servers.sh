@@ -122,8 +122,11 @@ servers() {
 	if grep -qE '^rdmashim\[[0-9]+\] (warn|error):' /tmp/srv/pg/server.log redis.err; then
 		grep -hE '^rdmashim\[[0-9]+\] (warn|error):' /tmp/srv/pg/server.log redis.err | head -20 | sed 's/^/server warning: /'
 	fi
-	# postgres' own complaints, if any (FATAL/PANIC/ERROR besides the script's duplicate key)
-	grep -E 'FATAL|PANIC|ERROR' /tmp/srv/pg/server.log | grep -v 'duplicate key' | head -20 | sed 's/^/server log: /'
+	# postgres' own complaints, if any (FATAL/PANIC/ERROR besides the script's
+	# duplicate key), and a backend that died (the postmaster then restarts
+	# every session: "not yet accepting connections")
+	grep -E 'FATAL|PANIC|ERROR|terminated by signal|exited with exit code|all server processes terminated' /tmp/srv/pg/server.log |
+		grep -v 'duplicate key' | head -20 | sed 's/^/server log: /'
 }
 
 # ---------------------------------------------------------------- guest b ---
