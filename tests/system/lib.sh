@@ -164,16 +164,18 @@ sys_transports() {
 sys_lines() { if [ -f "$1" ]; then wc -l <"$1"; else echo 0; fi; }
 
 # sys_expect_transports WHAT FILE SIDE FROM_LINE EXPECTED [COUNT]: every
-# connection line of SIDE since FROM_LINE reports EXPECTED (shm, tcp:...),
-# there is at least one (exactly COUNT when given). Sets sys_failed=1 and
+# connection line of SIDE since FROM_LINE reports EXPECTED (shm, tcp:...;
+# "a|b": either), there is at least one (exactly COUNT when given). Sets sys_failed=1 and
 # says why otherwise; prints a summary either way.
 sys_failed=0
 sys_expect_transports() {
   local what=$1 file=$2 side=$3 from=$4 expected=$5 count=${6:-}
-  local all n bad
+  local all n bad e alt pats=()
   all=$(sys_transports "$file" "$side" "$from")
   n=$(grep -c . <<<"$all" || true)
-  bad=$(grep -vx -- "$expected" <<<"$all" | grep . | sort | uniq -c | tr -s ' ' | tr '\n' ';' || true)
+  IFS='|' read -ra alt <<<"$expected"
+  for e in "${alt[@]}"; do pats+=(-e "$e"); done
+  bad=$(grep -vxF "${pats[@]}" <<<"$all" | grep . | sort | uniq -c | tr -s ' ' | tr '\n' ';' || true)
   if [ "$n" -eq 0 ]; then
     echo "FAIL: $what: no $side connection line in $file (expected -> $expected)"; sys_failed=1
   elif [ -n "$bad" ]; then
