@@ -5,7 +5,8 @@
 // the producer a new one by generation:
 //
 //   producer finds its region full, the ring allowing more -> Pressure{gen}
-//   consumer registers a bigger region (x4, at most the ring) -> Offer{gen+1, addr, rkey, size}
+//   consumer registers a bigger region (x4, at most the ring;   -> Offer{gen+1, addr, rkey, size}
+//   x16 when it is away: VerbsLink::tend_regions)
 //   consumer drained and idle, its region above the start   -> Offer{gen+1, small}
 //   producer, between two posts, adopts the offer            -> Switch{gen+1, pos = T}
 //   consumer reads positions < T in the old region, >= T in the new one, and
@@ -163,8 +164,8 @@ class RxRegions {
   size_t size() const { return cur_.size; }
   size_t size_hint() const { return cur_size_.load(std::memory_order_relaxed); }  // any thread
   size_t ring() const { return ring_; }
-  // The size to grow to: x4, at most the ring.
-  size_t grown_size() const { return cur_.size * 4 < ring_ ? cur_.size * 4 : ring_; }
+  // The size to grow to: x4 (or `factor`), at most the ring.
+  size_t grown_size(size_t factor = 4) const { return cur_.size * factor < ring_ ? cur_.size * factor : ring_; }
   // Offer lock held, can_offer(): b becomes the next region.
   Ctl offer(const Buffer& b) {
     next_ = b;

@@ -170,11 +170,13 @@ int SharedCq::poll_locked() {
   }
 }
 
-bool SharedCq::tend() {
+bool SharedCq::tend(bool* unwatched) {
+  *unwatched = false;
   if (!mu.try_lock()) return false;  // being polled now
   bool handed = false;
   // A CQ polled since the last look has a program looking at it: left alone.
-  if (polls_ == polls_tended_) handed = poll_locked() > 0;
+  *unwatched = polls_ == polls_tended_;
+  if (*unwatched) handed = poll_locked() > 0;
   polls_tended_ = polls_;
   mu.unlock();
   return handed;

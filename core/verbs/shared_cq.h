@@ -77,8 +77,8 @@ class SharedCq {
   int poll_locked();
   // The heartbeat thread's look: polls the CQ unless someone else polled it
   // since the last look or holds it now (never waits for mu). true if it
-  // handed over any completion.
-  bool tend();
+  // handed over any completion; *unwatched: nobody else had polled it.
+  bool tend(bool* unwatched);
   // Sleepers on this CQ's links: the watcher re-arms it while there are any.
   void sleep_begins();
   void sleep_ends() {

@@ -207,8 +207,12 @@ class VerbsLink final : public Link {
   // budgeted: a larger region (a shrink replaces a larger one, so it may not be refused for memory).
   // room kNoWait: no offer (the buffer dropped, the pressure kept) when
   // the send queue has no room for it now.
-  void offer_region(size_t size, bool budgeted, Room room = Room::kWait);
-  void tend_regions();  // the heartbeat thread: offer_region for a pressure our program is away from
+  // Registers a region of `size` (else of `fallback`, if smaller and not 0)
+  // and offers it to the producer.
+  void offer_region(size_t size, bool budgeted, Room room = Room::kWait, size_t fallback = 0);
+  // The heartbeat thread: offer_region for a pressure our program is away
+  // from (away: nobody polled our CQ since the last look).
+  void tend_regions(bool away);
   void retire_rx();  // reader: gives back the region the stream left
   // Tx owned, everything put posted: grows a staging writers found full
   // (grow_only: only that), shrinks an idle one, gives back the previous one.
@@ -286,8 +290,9 @@ class VerbsLink final : public Link {
   // Then a pressure the writer reported: the bigger region (tend_regions).
   bool tend() {
     if (!cq_) return false;
-    bool handed = cq_->tend();
-    if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) tend_regions();
+    bool unwatched = false;
+    bool handed = cq_->tend(&unwatched);
+    if (RDMASHIM_UNLIKELY(rx_rgn_.pressure())) tend_regions(unwatched);
     return handed;
   }
   uint64_t posts_ = 0;            // under sq_mu_

@@ -94,7 +94,14 @@ stall_run() { # NAME END SLEEP [AWAY]: one reader and writer pair; says NAME.cli
 	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") server=$(transport_of "$name.server.log") \
 announced=$(grep -c 'Close frame sent' "$name.client.log") log=$(cat "$name.client.log" "$name.server.log" | oneline_in) server_json=$(cat "$name.server.out" 2>/dev/null | oneline_in) json=${out:-none}"
 }
-stall_run stall wait "${STALL_SLEEP:-8}"
+stall_run stall wait "${STALL_SLEEP:-8}" &
+# The same on TCP (rdmashim on both sides, told to keep TCP), beside it:
+# what TCP's buffers take while the reader is away, in this boot.
+(
+	export RDMASHIM_TRANSPORT=tcp
+	stall_run stalltcp wait "${STALL_SLEEP:-8}"
+) &
+wait
 # A sleeping reader's heartbeat thread reposts its receives (SharedCq::tend):
 # the writer's exit must leave nothing behind. A stopped one's does not.
 stall_run stallexit exit "${STALL_SLEEP:-8}" &

@@ -32,8 +32,10 @@ messages on a non-blocking socket (tests/softroce/guest/local_verbs.sh).
 On TCP the writer fills the socket buffers and gets EAGAIN. Over verbs each
 message is one WRITE WITH IMM, which takes one of the reader's posted
 receives. A reader that sleeps has them reposted by its heartbeat thread
-(SharedCq::tend), so the writer fills the reader's ring; before, they ran
-out after 256 messages (31 KB sent). A stopped reader reposts nothing: the
+(SharedCq::tend), which also grows the reader's ring (x16,
+VerbsLink::tend_regions), so the writer sends at least what TCP's buffers
+would take; before, they ran out after 256 messages (31 KB sent). A stopped
+reader reposts nothing: the
 rest wait in our send queue (Soft-RoCE retries them without limit). Either
 way the writer must then get EAGAIN as from a full buffer: before, its
 send() spun until the reader came back. Prints {"sent", "longest_call_s", "eagain", "writable_after_s",
