@@ -171,6 +171,7 @@ void Connection::finish_flush() {
 void Connection::cut_unconfirmed(int fd) {
   // Not a socket another process still uses (the option is the socket's).
   if (rst_on_close_ || !transport_ || transport_->shared() || forked_.load(std::memory_order_relaxed)) return;
+  if (resend_unconfirmed(fd)) return;
   linger lg{1, 0};
   rst_on_close_ = sys::real().setsockopt(fd, SOL_SOCKET, SO_LINGER, &lg, sizeof lg) == 0;
   RDMASHIM_DEBUG("fd %d: ring writes not confirmed by the close's deadline: reset", fd);

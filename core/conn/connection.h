@@ -441,8 +441,13 @@ class Connection {
   // Close frame with our final position, so the peer's end of stream waits
   // for them (its awaiting_end()). Once.
   void announce_end();
-  // A close giving up on writes not yet confirmed: the FIN becomes a reset.
+  // A close (or the exit) giving up on writes not yet confirmed: they go on
+  // TCP instead (resend_unconfirmed), or the FIN becomes a reset.
   void cut_unconfirmed(int fd);
+  // The link stops, and the bytes its ring writes did not get confirmed go
+  // on the TCP socket `fd` after a Downgrade frame. false: not sent whole
+  // (or not tried: a peer that reads no Downgrade, a shared socket).
+  bool resend_unconfirmed(int fd);
   // Link::ExitNotice: the exit's flush left writes of ours unconfirmed (the
   // program never closed the socket). Never waits for a lock.
   static void cut_at_exit(void* self);

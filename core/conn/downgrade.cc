@@ -16,6 +16,7 @@
 //
 // The data path pays nothing for it: the send side looks at one relaxed
 // byte (down_want_) per call, the receive side only when its ring is empty.
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <cerrno>
@@ -164,6 +165,74 @@ bool Connection::finish_rx_downgrade() {
   rx_ring_.store(false, std::memory_order_release);
   release_rx_for_good();  // the peer writes our ring no more
   left_ring(kLeftRx);
+  return true;
+}
+
+// Our ring writes are not confirmed and our QP is about to go (exit, or a
+// close that gave up on them): a stopped reader (SIGSTOP, a debugger) posts
+// no receives, so they wait in our send queue, retried without end. A
+// TCP socket's kernel would still deliver them. So, to a peer that reads
+// Downgrade frames, they go on TCP: the link stops (nothing more of ours
+// lands in the peer's ring) and says where our stream there ends; then
+// Downgrade{Leave, that position} and the bytes from there on, from the
+// staging that kept them. The peer reads its ring up to there, then the
+// bytes. Whole or not at all: short of that the caller resets, never a
+// clean end of a shorter stream.
+bool Connection::resend_unconfirmed(int fd) {
+  if (!peer_downgrades_.load(std::memory_order_acquire) || tx_ != Tx::kRing ||
+      tx_shut_.load(std::memory_order_relaxed) || !ring_) {
+    return false;
+  }
+  constexpr int kStopMs = 500;   // the provider flushes a stopped QP's WRs at once
+  constexpr int kSendMs = 1000;  // the peer's kernel buffers take what the staging held
+  Link& link = transport_->link();
+  const uint64_t tail = ring_->tx_position();
+  uint64_t from = 0;
+  int r = link.abandon_unconfirmed(&from, kStopMs);
+  if (r != 0 || from > tail) {
+    RDMASHIM_DEBUG("fd %d: unconfirmed ring writes not resent: %s", fd, r ? strerror(-r) : "past the tail");
+    return false;
+  }
+  for (uint64_t pos = from; pos < tail;) {  // all staged, or nothing goes
+    size_t n = 0;
+    if (!link.staged(pos, &n) || n == 0) return false;
+    pos += n;
+  }
+  struct {
+    wire::FrameHeader h;
+    wire::Downgrade d;
+  } frame{{sizeof(wire::Downgrade), static_cast<uint16_t>(wire::FrameType::kDowngrade), 0},
+          {from, wire::kDowngradeLeave, wire::kDowngradeResent, {}}};
+  static_assert(sizeof frame == sizeof(wire::FrameHeader) + sizeof(wire::Downgrade));
+  const uint64_t give_up = now_ns() + uint64_t{kSendMs} * 1'000'000;
+  auto send_whole = [&](const void* p, size_t len) {
+    const char* at = static_cast<const char*>(p);
+    while (len > 0) {
+      ssize_t n = sys::real().send(fd, at, len, MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        at += n, len -= static_cast<size_t>(n);
+        continue;
+      }
+      uint64_t now = now_ns();
+      if ((n < 0 && errno != EAGAIN && errno != EINTR) || now >= give_up) return false;
+      pollfd w{fd, POLLOUT, 0};
+      sys::real().poll(&w, 1, static_cast<int>((give_up - now) / 1'000'000) + 1);
+    }
+    return true;
+  };
+  if (!send_whole(&frame, sizeof frame)) return false;
+  for (uint64_t pos = from; pos < tail;) {
+    size_t n = 0;
+    const unsigned char* p = link.staged(pos, &n);
+    if (!p || !send_whole(p, n)) return false;
+    pos += n;
+  }
+  RDMASHIM_DEBUG("fd %d: %llu unconfirmed ring bytes resent on TCP from %llu", fd,
+                 static_cast<unsigned long long>(tail - from), static_cast<unsigned long long>(from));
+  note_reason(wire::kDowngradeResent);
+  tx_ = Tx::kRaw;
+  tx_ring_.store(false, std::memory_order_release);
+  left_ring(kLeftTx);
   return true;
 }
 

@@ -9,6 +9,7 @@
 // The ring protocol above it (RingChannel) is the same for all of them.
 #pragma once
 
+#include <cerrno>
 #include <cstddef>
 #include <cstdint>
 
@@ -105,6 +106,15 @@ class Link {
     void* ctx = nullptr;
   };
   virtual void set_exit_notice(ExitNotice) {}
+  // Gives up on our writes not yet confirmed so that they can go another
+  // way (the TCP socket: Connection::resend_unconfirmed): nothing more of
+  // ours lands in the peer's ring, and *confirmed is where our stream in it
+  // ends. Waits at most timeout_ms. -ENOTSUP, or an error when that cannot
+  // be known (the caller then resets).
+  virtual int abandon_unconfirmed(uint64_t* /*confirmed*/, int /*timeout_ms*/) { return -ENOTSUP; }
+  // Our copy of the stream from `pos` on, which abandon_unconfirmed left
+  // unconfirmed (*contiguous bytes), or nullptr.
+  virtual const unsigned char* staged(uint64_t /*pos*/, size_t* /*contiguous*/) const { return nullptr; }
 
   // Whether the link's provider moves our bytes on this host's cores (a
   // software RDMA device progresses in the kernel, on the CPU a spinner

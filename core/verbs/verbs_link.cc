@@ -95,7 +95,12 @@ void VerbsLink::on_control(const Ctl& c) {
 
 void VerbsLink::on_completion(const ibv_wc& wc) {
   if (wc.status != IBV_WC_SUCCESS) {
-    // A flushed or failed WR: the peer is gone or the path broke.
+    // A flushed or failed WR: the peer is gone, the path broke, or we
+    // stopped the QP (abandon_unconfirmed).
+    if (wc.wr_id & kSendWr) {
+      std::lock_guard<std::mutex> lock(sq_mu_);
+      note_send_completion(wc.wr_id, false);
+    }
     error_.store(-ECONNRESET, std::memory_order_relaxed);
     return;
   }
@@ -126,8 +131,9 @@ void VerbsLink::on_completion(const ibv_wc& wc) {
                        std::memory_order_relaxed);
     // ... and every data WRITE posted before it: staging up to there is free.
     uint64_t old = done_.load(std::memory_order_relaxed);
-    uint64_t now = old + (((wc.wr_id >> 16) - old) & kPosMask);
+    uint64_t now = old + (((wc.wr_id >> 24) - old) & kPosMask);
     if (now - old <= ring_size_) done_.store(now, std::memory_order_release);
+    note_send_completion(wc.wr_id, true);
   }
 }
 
@@ -277,13 +283,19 @@ int VerbsLink::post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count) {
   for (int i = 0; i < count; ++i) {
     ibv_send_wr& wr = wrs[i];
     outstanding_.store(outstanding_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    if (++unsignaled_ >= kSignalEvery || (wr.send_flags & IBV_SEND_SIGNALED)) {
+    // Where its data starts (a control SEND or a bare notice has none).
+    const bool data = wr.opcode != IBV_WR_SEND && wr.num_sge == 1;
+    const uint64_t start = data ? ends[i] - wr.sg_list[0].length : ends[i];
+    last_signaled_ = ++unsignaled_ >= kSignalEvery || (wr.send_flags & IBV_SEND_SIGNALED);
+    if (last_signaled_) {
       // A signaled WR in the middle of a chain vouches only for the data up to itself.
       wr.send_flags |= IBV_SEND_SIGNALED;
       uint64_t vouched = ends[i] > data_posted_end_ ? ends[i] : data_posted_end_;
-      wr.wr_id = (vouched & kPosMask) << 16 | static_cast<uint64_t>(unsignaled_);
+      wr.wr_id = tag_locked(vouched, start, static_cast<uint64_t>(unsignaled_));
       if (vouched > signaled_end_.load(std::memory_order_relaxed)) signaled_end_.store(vouched, std::memory_order_relaxed);
       unsignaled_ = 0;
+    } else {
+      wr.wr_id = tag_locked(0, start, 0);
     }
   }
   if (ends[count - 1] > data_posted_end_) data_posted_end_ = ends[count - 1];
@@ -294,6 +306,41 @@ int VerbsLink::post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count) {
     return -EIO;
   }
   return 0;
+}
+
+uint64_t VerbsLink::tag_locked(uint64_t pos, uint64_t start, uint64_t count) {
+  const uint8_t seq = wr_seq_++;
+  wr_start_[seq] = start;
+  return kSendWr | (pos & kPosMask) << 24 | uint64_t{seq} << 16 | count;
+}
+
+int VerbsLink::post_marker_locked(uint64_t target) {
+  ibv_send_wr wr{}, *bad = nullptr;
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.num_sge = 0;
+  wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
+  wr.wr.rdma.rkey = tx_rgn_.rkey();
+  wr.send_flags = IBV_SEND_SIGNALED;
+  wr.wr_id = tag_locked(target, target, static_cast<uint64_t>(unsignaled_) + 1);
+  unsignaled_ = 0;
+  last_signaled_ = true;
+  outstanding_.store(outstanding_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  if (ibv_post_send(qp_, &wr, &bad) != 0) {
+    error_.store(-EIO, std::memory_order_relaxed);
+    return -EIO;
+  }
+  signaled_end_.store(target, std::memory_order_relaxed);
+  return 0;
+}
+
+void VerbsLink::note_send_completion(uint64_t wr_id, bool ok) {
+  const uint8_t seq = static_cast<uint8_t>(wr_id >> 16);
+  // Completions come in the order WRs were posted, and every WR before the
+  // first that failed had completed: its data starts where the stream in
+  // the peer's ring ends.
+  if (!ok && wr_start_[seq] < first_lost_) first_lost_ = wr_start_[seq];
+  reported_ = true;
+  reported_seq_ = seq;
 }
 
 int VerbsLink::post_ctl_locked(const Ctl& c) {
@@ -339,20 +386,7 @@ int VerbsLink::flush(int timeout_ms, PeerWatch* watch) {
     // a flush looked at again (a close finishing in the background,
     // deferred_close.h) waits for the marker already on its way.
     if (signaled_end_.load(std::memory_order_relaxed) < target) {
-      ibv_send_wr wr{}, *bad = nullptr;
-      wr.opcode = IBV_WR_RDMA_WRITE;
-      wr.num_sge = 0;
-      wr.wr.rdma.remote_addr = tx_rgn_.base_addr();
-      wr.wr.rdma.rkey = tx_rgn_.rkey();
-      wr.send_flags = IBV_SEND_SIGNALED;
-      wr.wr_id = (target & kPosMask) << 16 | (static_cast<uint64_t>(unsignaled_) + 1);
-      unsignaled_ = 0;
-      outstanding_.store(outstanding_.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-      if (ibv_post_send(qp_, &wr, &bad) != 0) {
-        error_.store(-EIO, std::memory_order_relaxed);
-        return -EIO;
-      }
-      signaled_end_.store(target, std::memory_order_relaxed);
+      if (int e = post_marker_locked(target)) return e;
     }
   }
   // A peer gone without a Bye (SIGKILL, a crash) confirms nothing, and rxe

@@ -116,6 +116,8 @@ class VerbsLink final : public Link {
   bool flush_lingers() const override { return true; }
   void peer_lost() override { peer_bye_.store(true, std::memory_order_release); }
   void set_exit_notice(ExitNotice n) override;  // under g_links_mu: the exit flush reads it
+  int abandon_unconfirmed(uint64_t* confirmed, int timeout_ms) override;
+  const unsigned char* staged(uint64_t pos, size_t* contiguous) const override;
   // g_links_mu held, at exit: our writes stay unconfirmed (ExitNotice).
   void exit_unconfirmed() const {
     if (exit_notice_.cut) exit_notice_.cut(exit_notice_.ctx);
@@ -147,7 +149,14 @@ class VerbsLink final : public Link {
   static constexpr int kWriterReserve = 16;
   static constexpr int kCreditReserve = 4;
   static constexpr uint32_t kCreditBit = 1u << 31;
-  static constexpr uint64_t kPosMask = (uint64_t{1} << 48) - 1;  // positions in a wr_id
+  // A send WR's wr_id (a receive's is its slot, below kRecvDepth):
+  //   bit 63      kSendWr
+  //   bits 24-62  a position (kPosMask): a signaled WR's, what it vouches for
+  //   bits 16-23  the WR's sequence number (mod kSendDepth): wr_start_
+  //   bits 0-15   how many WRs a signaled one retires (0: unsignaled)
+  static constexpr uint64_t kSendWr = uint64_t{1} << 63;
+  static constexpr uint64_t kPosMask = (uint64_t{1} << 39) - 1;
+  static_assert(kSendDepth == 256, "a WR's sequence number is 8 bits");
   static constexpr int kSendSlots = kSendDepth;  // a slot is reused only after its WR completed
   static constexpr size_t kCtlBytes = (kRecvDepth + kSendSlots) * sizeof(Ctl);
   static constexpr uint64_t kIdleNs = 1'000'000'000;  // drained this long: shrink
@@ -198,17 +207,23 @@ class VerbsLink final : public Link {
                   int reserve = 0);
   int post_write_with_imm(uint32_t imm) { return post_writes(0, 0, true, imm, false); }
   int post_locked(ibv_send_wr* wrs, const uint64_t* ends, int count);  // sq_mu_ held, room reserved
+  // sq_mu_ held: the wr_id of the next WR posted (its data starts at `start`).
+  uint64_t tag_locked(uint64_t pos, uint64_t start, uint64_t count);
+  // sq_mu_ held: an empty signaled WRITE vouching for `target`; its
+  // completion retires every unsignaled WR before it.
+  int post_marker_locked(uint64_t target);
+  // cq_->mu and sq_mu_ held: a send WR's completion (or its flush).
+  void note_send_completion(uint64_t wr_id, bool ok);
   int post_ctl_locked(const Ctl& c);              // sq_mu_ held, room reserved
   int post_ctl(const Ctl& c);
   // Producer, sq_mu_ held: switches to the offered region at the end of
   // what was posted.
   void adopt_locked(std::unique_lock<std::mutex>& lock);
-  // Consumer, offer_mu_ held: registers a region of `size` and offers it.
+  // Consumer, offer_mu_ held: registers a region of `size` (else of
+  // `fallback`, if smaller and not 0) and offers it.
   // budgeted: a larger region (a shrink replaces a larger one, so it may not be refused for memory).
   // room kNoWait: no offer (the buffer dropped, the pressure kept) when
   // the send queue has no room for it now.
-  // Registers a region of `size` (else of `fallback`, if smaller and not 0)
-  // and offers it to the producer.
   void offer_region(size_t size, bool budgeted, Room room = Room::kWait, size_t fallback = 0);
   // The heartbeat thread: offer_region for a pressure our program is away
   // from (away: nobody polled our CQ since the last look).
@@ -234,6 +249,7 @@ class VerbsLink final : public Link {
   Buffer tx_{};         // the staging buffer of our writes
   Buffer old_tx_{};     // the previous one, until the writes from it completed
   uint64_t old_tx_until_ = 0;
+  size_t old_stage_ = 0;  // the staging size old_tx_ was used with
   Buffer ctl_{};        // receive slots, then send slots, of control messages
   uint32_t recv_slot_ = 0, send_slot_ = 0;
   std::atomic<size_t> stage_{0};  // staging bytes used: a power of two dividing the ring
@@ -267,6 +283,16 @@ class VerbsLink final : public Link {
   std::atomic<uint64_t> signaled_end_{0};  // the most a posted signaled WR vouches for
   std::mutex sq_mu_;       // the send queue
   int unsignaled_ = 0;
+  bool last_signaled_ = true;        // the last WR posted was (under sq_mu_)
+  uint8_t wr_seq_ = 0;               // the next WR's sequence number (under sq_mu_)
+  uint64_t wr_start_[kSendDepth]{};  // by sequence number: where each WR's data starts (sq_mu_)
+  // abandon_unconfirmed: the QP stops; the first WR it flushed says where
+  // the peer's ring ends, once the last WR posted reported (succeeded or
+  // flushed). Under sq_mu_.
+  bool reported_ = false;             // a send WR's completion came
+  uint8_t reported_seq_ = 0;          // the latest one's sequence number
+  uint64_t first_lost_ = UINT64_MAX;  // where the first flushed WR's data starts
+  std::atomic<bool> qp_stuck_{false};        // a provider thread never came back with our QP
   std::atomic<int> outstanding_{0};  // send WRs not yet known complete; written under sq_mu_
   std::atomic<bool> credit_owed_{false};  // a credit found no room in the send queue
   // Every credit (post_credit) reads own_head_ and posts under it.

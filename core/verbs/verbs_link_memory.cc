@@ -108,6 +108,7 @@ uint64_t VerbsLink::maintain_staging(uint64_t now, bool grow_only) {
   // Positions from the tail on are staged in the new buffer; the old one
   // goes once the writes from it completed.
   old_tx_ = tx_;
+  old_stage_ = stage;
   old_tx_until_ = tail;
   tx_ = b;
   stage_.store(want, std::memory_order_release);

@@ -125,6 +125,79 @@ void VerbsLink::say_bye() {
   post_ctl_locked(Ctl{kCtlBye, 0, 0, 0, 0, 0});
 }
 
+// The QP goes to the error state: the provider stops retrying our writes
+// (a stopped reader's RNR) and completes every WR it has not finished with
+// a flush error, in order. The first of those starts where our stream in
+// the peer's ring ends (all before it completed: acknowledged, so placed).
+// Only a QP whose peer is no longer served by it either way: exit, or a
+// close giving up.
+int VerbsLink::abandon_unconfirmed(uint64_t* confirmed, int timeout_ms) {
+  if (!connected_ || !qp_ || fork_generation_ != g_fork_generation) return -ENOTSUP;
+  uint8_t last = 0;
+  {
+    std::lock_guard<std::mutex> cq(cq_->mu);  // completions before sq_mu_, as poll_completions takes them
+    poll_completions();
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    if (error()) return error();
+    if (peer_bye_.load(std::memory_order_acquire)) return -ECONNRESET;
+    // The last WR must report itself, succeeded or flushed. (Its sequence
+    // number is not one of an earlier WR still to report: at most
+    // kSendDepth - 4 are outstanding.)
+    if (!last_signaled_ && post_marker_locked(data_posted_end_) != 0) return error();
+    last = static_cast<uint8_t>(wr_seq_ - 1);
+  }
+  auto last_reported = [this, last] {
+    std::lock_guard<std::mutex> lock(sq_mu_);
+    return reported_ && reported_seq_ == last;
+  };
+  // A state transition, bounded as the setup's are (util/watchdog.h).
+  auto moved = std::make_shared<std::atomic<int>>(-ETIMEDOUT);
+  ibv_qp* qp = qp_;
+  const IbvApi* api = ibv();
+  bool in_time = run_bounded(static_cast<uint32_t>(timeout_ms), [moved, qp, api] {
+    ibv_qp_attr attr{};
+    attr.qp_state = IBV_QPS_ERR;
+    moved->store(api->modify_qp(qp, &attr, IBV_QP_STATE) == 0 ? 0 : -EIO);
+  });
+  if (!in_time) {
+    // The thread still in the provider has the QP: never destroyed here.
+    qp_stuck_.store(true, std::memory_order_relaxed);
+    error_.store(-EIO, std::memory_order_relaxed);
+    Device::give_up("moving a queue pair to the error state");
+    return -ETIMEDOUT;
+  }
+  if (moved->load() != 0) return moved->load();
+  const uint64_t deadline = now_ns() + static_cast<uint64_t>(timeout_ms) * 1'000'000;
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> cq(cq_->mu);
+      poll_completions();
+    }
+    if (last_reported()) break;
+    if (now_ns() >= deadline) return -ETIMEDOUT;
+    sched_yield();
+  }
+  std::lock_guard<std::mutex> lock(sq_mu_);
+  *confirmed = first_lost_ < data_posted_end_ ? first_lost_ : data_posted_end_;
+  return 0;
+}
+
+const unsigned char* VerbsLink::staged(uint64_t pos, size_t* contiguous) const {
+  // The staging keeps every position from done_ on: in old_tx_ those
+  // before old_tx_until_, the rest in tx_ (at the same offset modulo each
+  // one's size).
+  const uint64_t end = own_tail();
+  if (pos < done_.load(std::memory_order_acquire) || pos >= end) return nullptr;
+  const Buffer& b = old_tx_.mr && pos < old_tx_until_ ? old_tx_ : tx_;
+  const uint64_t until = &b == &old_tx_ ? old_tx_until_ : end;
+  const size_t size = &b == &old_tx_ ? old_stage_ : stage_.load(std::memory_order_relaxed);
+  const uint64_t off = pos & (size - 1);
+  uint64_t n = size - off;
+  if (n > until - pos) n = until - pos;
+  *contiguous = static_cast<size_t>(n);
+  return static_cast<const unsigned char*>(b.data) + off;
+}
+
 // Provider calls that can block run under the watchdog. Past the setup
 // timeout the connection stays on TCP and the process stops using verbs (a
 // provider that blocked once is wedged); the thread left in the provider
@@ -263,7 +336,7 @@ VerbsLink::~VerbsLink() {
   if (!api) return;
   say_bye();
   if (cq_) cq_->detach(qpn_);  // no completion reaches us from now on
-  dev_.destroy_qp(qp_);
+  if (!qp_stuck_.load(std::memory_order_relaxed)) dev_.destroy_qp(qp_);
   if (wake_fd_ >= 0) fds::close(wake_fd_);
   Buffer offered;
   if (connected_ && rx_rgn_.offered(&offered)) dev_.give_back(offered);

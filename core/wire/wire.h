@@ -166,10 +166,12 @@ enum DowngradeReason : uint8_t {
   kDowngradeLimit = 4,      // a resource limit reached
   kDowngradeDevice = 5,     // the device under the ring is gone
   kDowngradeExec = 6,       // an exec the ring cannot follow (verbs)
+  kDowngradeResent = 7,     // ring writes not confirmed, resent on TCP (verbs: a stopped reader, then exit)
   kDowngradeReasons
 };
 inline const char* downgrade_reason_name(uint8_t r) {
-  static const char* const kNames[kDowngradeReasons] = {"unsaid", "requested", "test", "fork", "limit", "device", "exec"};
+  static const char* const kNames[kDowngradeReasons] = {"unsaid", "requested", "test", "fork",
+                                                        "limit",  "device",    "exec", "resent"};
   return r < kDowngradeReasons ? kNames[r] : "unsaid";
 }
 

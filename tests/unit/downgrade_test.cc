@@ -321,6 +321,7 @@ TEST(Downgrade, WireLayout) {
   h.length = 8;
   EXPECT_FALSE(wire::valid(h));
   EXPECT_STREQ(wire::downgrade_reason_name(wire::kDowngradeDevice), "device");
+  EXPECT_STREQ(wire::downgrade_reason_name(wire::kDowngradeResent), "resent");
   EXPECT_STREQ(wire::downgrade_reason_name(200), "unsaid");
 }
 

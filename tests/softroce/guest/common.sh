@@ -23,6 +23,9 @@ SHIM=("$BIN/rdmashim" run --log info --)
 transport_of() {
 	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" 2>/dev/null | tail -n 1
 }
+first_transport_of() { # the same, the first line
+	sed -n 's/.*rdmashim\[[0-9]*\] info: fd [0-9]* ([a-z]*) -> \([^ ]*\).*$/\1/p' "$1" 2>/dev/null | head -n 1
+}
 
 # Why, as the last transport line says after it: "-> tcp:policy (software
 # rdma rxe0)" -> software_rdma_rxe0 (spaces made _ for a result line); "" if nothing.

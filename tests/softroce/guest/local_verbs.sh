@@ -68,9 +68,10 @@ say "echo4m.server transport=$(transport_of echo4m.server.log) log=$(oneline ech
 # shutdown() (its FIN must not end the stream before the writes still queued:
 # every byte, then the end), a close() in a process that lives on (its flush
 # goes on in the background: every byte, then the end), a close() and exit
-# (the exit gives up on them after the setup timeout: the reader sees a
-# reset, never a clean end of a shorter stream) and an exit without close()
-# (after the exit's one-second flush: the same).
+# (the exit gives up on the ring after the setup timeout) and an exit
+# without close() (after the exit's one-second flush): the writes a stopped
+# reader did not take go on TCP (Connection::resend_unconfirmed), every
+# byte, then the end.
 stall_run() { # NAME END SLEEP [AWAY]: one reader and writer pair; says NAME.client
 	local name=$1 end=$2 sleep_s=$3 away=${4:-sleep} spid rc out
 	rm -f "$name.port"
@@ -91,8 +92,9 @@ stall_run() { # NAME END SLEEP [AWAY]: one reader and writer pair; says NAME.cli
 		"$(cat "$name.port" 2>/dev/null)" "${STALL_WRITE:-4}" "$end" 2>"$name.client.log")
 	rc=$?
 	wait "$spid"
-	say "$name.client rc=$rc transport=$(transport_of "$name.client.log") server=$(transport_of "$name.server.log") \
-announced=$(grep -c 'Close frame sent' "$name.client.log") log=$(cat "$name.client.log" "$name.server.log" | oneline_in) server_json=$(cat "$name.server.out" 2>/dev/null | oneline_in) json=${out:-none}"
+	# (the first transport line: a connection that left its ring later says so again)
+	say "$name.client rc=$rc transport=$(first_transport_of "$name.client.log") server=$(first_transport_of "$name.server.log") \
+announced=$(grep -c 'Close frame sent' "$name.client.log") resent=$(grep -c 'server) -> tcp:downgraded:peer-resent' "$name.server.log") log=$(cat "$name.client.log" "$name.server.log" | oneline_in) server_json=$(cat "$name.server.out" 2>/dev/null | oneline_in) json=${out:-none}"
 }
 stall_run stall wait "${STALL_SLEEP:-8}" &
 # The same on TCP (rdmashim on both sides, told to keep TCP), beside it:
@@ -110,6 +112,7 @@ wait
 stall_run stallshut shutdown "${STALL_SLEEP:-8}" stop &
 stall_run stallclose close "${STALL_SLEEP:-8}" stop &
 stall_run stallstop exit "${STALL_SLEEP:-8}" stop &
+stall_run stallstopquit quit "${STALL_SLEEP:-8}" stop &
 wait
 
 # Elastic registered memory (verbs/regions.h): a connection that moved

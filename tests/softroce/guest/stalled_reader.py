@@ -45,9 +45,9 @@ land: its FIN must not end the stream before them (the Close frame,
 Connection::announce_end). A close() leaves them to a background flush,
 which delivers them once the reader is back, as TCP would
 (Connection::linger_deadline). An exit waits for them at most the setup
-timeout (one second for a socket it never closed), then the QP goes: a
-stopped reader must then see a reset, never a clean end of a shorter
-stream; a sleeping one, every byte.
+timeout (one second for a socket it never closed), then stops the QP and
+sends the rest on TCP (Connection::resend_unconfirmed): every byte, for a
+stopped reader too.
 """
 STAY = 12
 import hashlib, json, os, select, signal, socket, sys, time
