@@ -402,6 +402,11 @@ int connect(int fd, const sockaddr* addr, socklen_t len) {
   if (remote.answer == discovery::RemoteAnswer::kYes) advertised = true;
   errno = saved;
   int r = real().connect(fd, addr, len);
+  if (RDMASHIM_UNLIKELY(r != 0 && errno == ECONNREFUSED && remote.answer == discovery::RemoteAnswer::kNo)) {
+    saved = errno;
+    discovery::note_refused(addr, len);
+    errno = saved;
+  }
   if (!ours || (r != 0 && errno != EINPROGRESS)) return r;
   saved = errno;
   if (r == 0) {

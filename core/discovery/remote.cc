@@ -36,6 +36,7 @@ using verbs::rdmacm;
 constexpr char kAsk[] = "rdmashim/1?";
 constexpr char kAnswer[] = "rdmashim/1!";
 constexpr uint64_t kNegativeTtlNs = 60'000'000'000ull;
+constexpr uint64_t kRefusedTtlNs = 10'000'000'000ull;  // note_refused
 
 // ---- answering ----
 
@@ -134,9 +135,26 @@ struct Cached {
 };
 std::mutex g_cache_mu;
 std::vector<Cached> g_negative;
+// Destinations whose listener refused us lately: a server starting up.
+std::vector<Cached> g_refused;
 
 bool same(const sockaddr_storage& a, const sockaddr* b, socklen_t len) {
   return static_cast<socklen_t>(sizeof a) >= len && memcmp(&a, b, len) == 0;
+}
+
+// g_cache_mu held: drops what expired, then finds `peer` in `list`.
+Cached* find_live(std::vector<Cached>& list, const sockaddr* peer, socklen_t len, uint64_t now) {
+  std::erase_if(list, [&](const Cached& c) { return c.expires_ns <= now; });
+  for (Cached& c : list)
+    if (same(c.addr, peer, len)) return &c;
+  return nullptr;
+}
+
+Cached entry_for(const sockaddr* peer, socklen_t len, uint64_t expires_ns) {
+  Cached c{};
+  memcpy(&c.addr, peer, std::min<size_t>(len, sizeof c.addr));
+  c.expires_ns = expires_ns;
+  return c;
 }
 
 // Waits for the next event on ch until deadline; returns its type, or -1.
@@ -163,21 +181,22 @@ int next_event(const verbs::RdmaCmApi* api, rdma_event_channel* ch, uint64_t dea
 }
 
 // `nonce`: the probe also announces the Hello that follows (announcements.h).
-bool ask(const sockaddr* peer, const uint8_t* nonce) {
+RemoteAnswer ask(const sockaddr* peer, const uint8_t* nonce) {
   const verbs::RdmaCmApi* api = rdmacm();
   uint32_t timeout_ms = std::min<uint32_t>(config().setup_timeout_ms, 1000);
   uint64_t deadline = now_ns() + uint64_t{timeout_ms} * 1'000'000;
   rdma_event_channel* ch = RDMASHIM_FAULT(kCmChannel) ? nullptr : api->create_event_channel();
-  if (!ch) return false;
+  if (!ch) return RemoteAnswer::kNo;
   sys::real().fcntl(ch->fd, F_SETFL, sys::real().fcntl(ch->fd, F_GETFL) | O_NONBLOCK);
   sys::real().fcntl(ch->fd, F_SETFD, FD_CLOEXEC);
   rdma_cm_id* id = nullptr;
-  bool yes = false;
+  RemoteAnswer answer = RemoteAnswer::kNo;
+  int addr_event = 0, route_event = 0;
   if (!RDMASHIM_FAULT(kCmId) && api->create_id(ch, &id, nullptr, RDMA_PS_TCP) == 0) {
     if (!RDMASHIM_FAULT(kCmResolveAddr) && api->resolve_addr(id, nullptr, const_cast<sockaddr*>(peer), static_cast<int>(timeout_ms)) == 0 &&
-        next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ADDR_RESOLVED &&
+        (addr_event = next_event(api, ch, deadline, nullptr)) == RDMA_CM_EVENT_ADDR_RESOLVED &&
         !RDMASHIM_FAULT(kCmResolveRoute) && api->resolve_route(id, static_cast<int>(timeout_ms)) == 0 &&
-        next_event(api, ch, deadline, nullptr) == RDMA_CM_EVENT_ROUTE_RESOLVED) {
+        (route_event = next_event(api, ch, deadline, nullptr)) == RDMA_CM_EVENT_ROUTE_RESOLVED) {
       char announce[kAnnounceBytes];
       memcpy(announce, kAnnounce, sizeof kAnnounce);
       if (nonce) memcpy(announce + sizeof kAnnounce, nonce, 16);
@@ -187,14 +206,22 @@ bool ask(const sockaddr* peer, const uint8_t* nonce) {
       p.qp_num = 1;  // no QP: the answer is a reject, nothing is ever connected
       if (!RDMASHIM_FAULT(kCmConnect) && api->connect(id, &p) == 0) {
         bool ours = false;
-        (void)next_event(api, ch, deadline, &ours);
-        yes = ours;
+        int ev = next_event(api, ch, deadline, &ours);
+        answer = ours ? RemoteAnswer::kYes : RemoteAnswer::kNo;
+        if (ev < 0) RDMASHIM_DEBUG("rdma-cm: no answer to our probe within %u ms: taken as plain", timeout_ms);
       }
+    } else if (addr_event < 0 || route_event < 0) {
+      // Out of time before the request could even go (a resolution that
+      // a loaded host or a cold neighbour entry made slow): says nothing
+      // about the peer.
+      answer = RemoteAnswer::kUnsure;
+      RDMASHIM_DEBUG("rdma-cm: resolving the peer's %s took over %u ms: plain this time, asked again next time",
+                     addr_event < 0 ? "address" : "route", timeout_ms);
     }
     api->destroy_id(id);
   }
   api->destroy_event_channel(ch);
-  return yes;
+  return answer;
 }
 
 }  // namespace
@@ -299,27 +326,34 @@ void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe*
   uint64_t now = now_ns();
   {
     std::lock_guard<std::mutex> lock(g_cache_mu);
-    std::erase_if(g_negative, [&](const Cached& c) { return c.expires_ns <= now; });
-    for (const Cached& c : g_negative)
-      if (same(c.addr, peer, len)) {
-        out->answer = RemoteAnswer::kNo;  // cached already
-        return;
-      }
+    if (find_live(g_negative, peer, len, now)) {
+      out->answer = RemoteAnswer::kNo;  // cached already
+      return;
+    }
   }
   int saved = errno;
   out->announced = announce && random_bytes(out->nonce, sizeof out->nonce);
-  out->answer = ask(peer, out->announced ? out->nonce : nullptr) ? RemoteAnswer::kYes : RemoteAnswer::kNo;
+  out->answer = ask(peer, out->announced ? out->nonce : nullptr);
   errno = saved;
 }
 
 void remember_remote_no(const sockaddr* peer, socklen_t len) {
-  Cached c{};
-  memcpy(&c.addr, peer, std::min<size_t>(len, sizeof c.addr));
-  c.expires_ns = now_ns() + kNegativeTtlNs;
+  const uint64_t now = now_ns();
   std::lock_guard<std::mutex> lock(g_cache_mu);
-  for (const Cached& old : g_negative)
-    if (same(old.addr, peer, len)) return;
-  g_negative.push_back(c);
+  // A server that refused us lately was starting: its "no" may have come
+  // before its listen() advertised it, and the connection after. Not kept.
+  if (find_live(g_refused, peer, len, now) || find_live(g_negative, peer, len, now)) return;
+  g_negative.push_back(entry_for(peer, len, now + kNegativeTtlNs));
+}
+
+void note_refused(const sockaddr* peer, socklen_t len) {
+  const uint64_t now = now_ns();
+  std::lock_guard<std::mutex> lock(g_cache_mu);
+  if (Cached* c = find_live(g_refused, peer, len, now)) {
+    c->expires_ns = now + kRefusedTtlNs;
+  } else if (g_refused.size() < 64) {  // a bound on what a scanner costs
+    g_refused.push_back(entry_for(peer, len, now + kRefusedTtlNs));
+  }
 }
 
 bool probe_remote(const sockaddr* peer, socklen_t len) {

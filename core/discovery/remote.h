@@ -57,7 +57,10 @@ std::unique_ptr<RemoteAdvert> advertise_remote(const sockaddr* local, socklen_t 
 void take_over_remote(std::unique_ptr<RemoteAdvert>* advert);
 
 // The answer of a probe a client asks before connect().
-enum class RemoteAnswer : uint8_t { kNotAsked, kNo, kYes };
+// kUnsure: the path to the peer was still being resolved when the probe's
+// time was up (a cold ARP entry on a loaded host): plain for this
+// connection, and asked again for the next, never cached as a "no".
+enum class RemoteAnswer : uint8_t { kNotAsked, kNo, kYes, kUnsure };
 struct RemoteProbe {
   RemoteAnswer answer = RemoteAnswer::kNotAsked;
   bool announced = false;  // the probe said a Hello with `nonce` follows
@@ -71,7 +74,12 @@ struct RemoteProbe {
 // only to announce. A "no" is not cached here (a server not up yet would be
 // remembered as plain): the caller calls remember_remote_no() once connected.
 void ask_remote(const sockaddr* peer, socklen_t len, bool announce, RemoteProbe* out);
+// Not for a destination that refused a connection within the last 10 s
+// (note_refused): a server starting up may have answered the probe before
+// its listen() advertised it and taken the connection after.
 void remember_remote_no(const sockaddr* peer, socklen_t len);
+// A connect() to `peer` that a probe had asked about was refused.
+void note_refused(const sockaddr* peer, socklen_t len);
 
 // Asks `peer` whether it runs rdmashim, if RDMASHIM_PEERS leaves it to
 // discovery, it is another host's address and this host has an RDMA device (the cheap checks first: no interface list is
